@@ -1,0 +1,192 @@
+"""A health monitor that reads RLOO's logged metrics while training runs and names what went wrong.
+
+RLOO's loss is ~0 by construction, so it says nothing; the signs are in the rewards, the KL to the
+reference, the entropy and the completion lengths that TRL logs each step. Each failure is named
+once when it starts, with the settings to change, and kept in `monitor.diagnoses`.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from transformers import TrainerCallback
+
+log = logging.getLogger("rloo_kit")
+
+KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation")
+
+
+@dataclass
+class Thresholds:
+    """When each diagnosis fires. All settable: HealthMonitor(thresholds=Thresholds(kl_max=2.0))."""
+
+    warmup_steps: int = 3  # no judgement before this many logged steps
+    window: int = 6  # recent steps that high_variance looks at
+    patience: int = 3  # consecutive steps a sign must last (reward_collapse, truncation, kl)
+    # high_variance: step-to-step reward s.d. over the window, relative to the larger of |mean reward|
+    # and the mean within-step reward spread (reward_std), so it is free of the reward's scale.
+    reward_noise: float = 0.7
+    grad_spike: float = 5.0  # a grad_norm this many times the median of the earlier ones is a spike
+    grad_spikes: int = 2  # this many spikes within the window
+    # kl_explosion: per-token KL (TRL's log-ratio estimate) above kl_max, or kl_growth times its
+    # early level (floored at kl_floor); or, when no KL is logged (beta=0), entropy under
+    # entropy_drop of its early level.
+    kl_max: float = 1.0
+    kl_growth: float = 20.0
+    kl_floor: float = 0.05
+    entropy_drop: float = 0.3
+    # reward_collapse: the share of prompts whose completions all got the same reward
+    zero_std_frac: float = 0.9
+    # truncation: the share of completions cut at max_completion_length
+    clipped_ratio: float = 0.5
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str
+    step: int
+    message: str
+    fix: str
+    evidence: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"[{self.kind} at step {self.step}] {self.message}\n  Fix: {self.fix}"
+
+
+def _series(history: list[dict], key: str) -> list[float]:
+    return [h[key] for h in history if h.get(key) is not None]
+
+
+def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
+    """The failure signs present at the end of `history` (training logs only), with their evidence."""
+    found: dict[str, dict] = {}
+    if len(history) < t.warmup_steps:
+        return found
+    recent = history[-t.patience:]
+
+    rewards = _series(history, "reward")[-t.window:]
+    spread = _series(history, "reward_std")[-t.window:]
+    if len(rewards) >= t.window:
+        scale = max(abs(statistics.fmean(rewards)), statistics.fmean(spread) if spread else 0.0, 1e-3)
+        noise = statistics.pstdev(rewards) / scale
+        if noise > t.reward_noise:
+            found["high_variance"] = {"reward_noise": round(noise, 3)}
+    grads = _series(history, "grad_norm")
+    if len(grads) > t.window:
+        spikes = sum(g > t.grad_spike * statistics.median(grads[:i]) for i, g in
+                     enumerate(grads) if i >= len(grads) - t.window and i >= t.warmup_steps)
+        if spikes >= t.grad_spikes:
+            found.setdefault("high_variance", {})["grad_spikes"] = spikes
+
+    kl = _series(history, "kl")
+    if kl:
+        early = max(statistics.median(kl[:t.warmup_steps]), t.kl_floor)
+        last = kl[-min(t.patience, len(kl)):]
+        if len(last) >= min(t.patience, 2) and all(k > min(t.kl_max, t.kl_growth * early) for k in last):
+            found["kl_explosion"] = {"kl": round(kl[-1], 4), "early_kl": round(early, 4)}
+    else:
+        ent = _series(history, "entropy")
+        if len(ent) > t.warmup_steps + t.patience:
+            early = statistics.median(ent[:t.warmup_steps])
+            if all(e < t.entropy_drop * early for e in ent[-t.patience:]):
+                found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
+                                         "kl": "not logged (beta=0)"}
+
+    zero = [h.get("frac_reward_zero_std") for h in recent]
+    if len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero):
+        found["reward_collapse"] = {"frac_reward_zero_std": zero[-1], "reward": recent[-1].get("reward")}
+
+    clipped = [h.get("completions/clipped_ratio") for h in recent]
+    if len(recent) == t.patience and all(c is not None and c >= t.clipped_ratio for c in clipped):
+        found["truncation"] = {"clipped_ratio": clipped[-1]}
+    return found
+
+
+def _advice(kind: str, ev: dict, args) -> tuple[str, str]:
+    """Plain-words message and the concrete fix, using the run's own settings where known."""
+    g = getattr(args, "num_generations", None) or 4
+    lr = getattr(args, "learning_rate", None) or 1e-5
+    beta = getattr(args, "beta", None)
+    temp = getattr(args, "temperature", None) or 1.0
+    mcl = getattr(args, "max_completion_length", None) or 256
+    if kind == "high_variance":
+        return (f"The reward jumps from step to step far more than it trends ({ev}). Each step's gradient "
+                "rests on too few completions, so updates are mostly noise.",
+                f"raise num_generations {g} -> {2 * g} (and the batch with it), or gradient_accumulation_steps "
+                f"x2; halve learning_rate {lr:g} -> {lr / 2:g}.")
+    if kind == "kl_explosion":
+        b = f"{beta:g} -> {max(2 * beta, 0.04):g}" if beta else "0 -> 0.04"
+        return (f"The policy is running away from the reference model ({ev}): it is exploiting the reward "
+                "or degenerating, and its text will stop resembling the base model's.",
+                f"raise beta {b}; halve learning_rate {lr:g} -> {lr / 2:g}; keep max_grad_norm at 1.0.")
+    if kind == "reward_collapse":
+        return (f"Most groups have no reward spread ({ev}): every completion of a prompt scores the same, so "
+                "the leave-one-out advantage is zero and nothing is learned.",
+                f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
+                f"if the task is too hard, make it easier or give partial credit; raise temperature {temp:g} -> "
+                f"{min(temp + 0.3, 1.5):g} and num_generations {g} -> {2 * g}. If the reward is at its maximum, "
+                "the task is solved: stop.")
+    return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
+            "no final answer to score.",
+            f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or add "
+            "rloo_kit.rewards.brevity() with a small weight.")
+
+
+class HealthMonitor(TrainerCallback):
+    """Watches every training log; names high_variance, kl_explosion, reward_collapse and truncation.
+
+    Each diagnosis is reported once, when it starts (a warning on the 'rloo_kit' logger, which a
+    notebook shows) and kept in `diagnoses`. Kinds in `stop_on` end training cleanly: the Trainer
+    stops after the step, and the adapter is saved as usual.
+    """
+
+    def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (), verbose: bool = True):
+        unknown = set(stop_on) - set(KINDS)
+        if unknown:
+            from .errors import ConfigError
+
+            raise ConfigError(f"stop_on has unknown kind(s) {sorted(unknown)}; choose from {KINDS}.")
+        self.thresholds = thresholds or Thresholds()
+        self.stop_on = set(stop_on)
+        self.verbose = verbose
+        self.history: list[dict] = []
+        self.diagnoses: list[Diagnosis] = []
+        self.stopped_by: Diagnosis | None = None
+
+    def observe(self, logs: dict, step: int, args=None) -> list[Diagnosis]:
+        """Take one step's metrics; return the diagnoses that start at this step."""
+        if "reward" not in logs:
+            return []  # eval or end-of-training summary logs
+        self.history.append({**logs, "step": step})
+        seen = {d.kind for d in self.diagnoses}
+        new = []
+        for kind, evidence in _detect(self.history, self.thresholds).items():
+            if kind not in seen:
+                message, fix = _advice(kind, evidence, args)
+                new.append(Diagnosis(kind, step, message, fix, evidence))
+        self.diagnoses.extend(new)
+        return new
+
+    def diagnose(self, log_history: list[dict], args=None) -> list[Diagnosis]:
+        """Replay a finished run's `trainer.state.log_history`; the diagnoses, in the order they started."""
+        replay = HealthMonitor(self.thresholds, verbose=False)
+        for entry in log_history:
+            replay.observe(entry, entry.get("step", len(replay.history) + 1), args)
+        return replay.diagnoses
+
+    # TrainerCallback ------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.history, self.diagnoses, self.stopped_by = [], [], None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for d in self.observe(logs or {}, state.global_step, args):
+            if self.verbose:
+                log.warning("Health monitor: %s", d)
+            if d.kind in self.stop_on and self.stopped_by is None:
+                self.stopped_by = d
+                control.should_training_stop = True
+                log.warning("Health monitor: stopping training on %s (stop_on); the adapter is kept.", d.kind)
+        return control

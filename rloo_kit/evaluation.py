@@ -1,0 +1,173 @@
+"""What the adapter learned: generation on held-out prompts, scored, and base-vs-adapter tables.
+
+`evaluate` generates (greedy, or `samples` sampled completions per prompt), scores with the same
+reward functions as training, and reports accuracy, unbiased pass@k, mean reward per function,
+length and truncation. `evaluate_base_and_adapter` measures both with one model in memory by
+switching the adapter off for the base.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass, field
+from math import comb
+
+import pandas as pd
+import torch
+
+from .errors import GPUOutOfMemoryError
+from .rewards import RewardFunc, extract_answer, is_correct
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al., 2021): 1 - C(n-c, k) / C(n, k), for c correct out of n samples."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}.")
+    return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
+
+
+@dataclass
+class EvalReport:
+    accuracy: float | None  # mean share of correct samples per prompt (None without an `answer` column)
+    pass_at_k: dict[int, float]
+    mean_reward: dict[str, float]
+    mean_length: float  # completion tokens
+    truncation_rate: float  # share of completions that hit max_new_tokens
+    samples: int
+    completions: list[dict] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict:
+        """The scalar metrics, flat, e.g. for metrics.json."""
+        out = {"accuracy": self.accuracy, "mean_length": self.mean_length, "truncation_rate": self.truncation_rate}
+        out.update({f"pass@{k}": v for k, v in self.pass_at_k.items()})
+        out.update({f"reward/{k}": v for k, v in self.mean_reward.items()})
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool = True, max_new_tokens: int = 64,
+             temperature: float = 1.0, batch_size: int = 32) -> tuple[list[list[str]], list[list[int]]]:
+    """Completions for each prompt (chat form or text): texts and token counts, `samples` per prompt."""
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    was_training = model.training
+    model.eval()
+    outs: list[list[str]] = []
+    lengths: list[list[int]] = []
+    eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
+        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
+    try:
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = enc.to(model.device)
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=not greedy,
+                                 temperature=temperature if not greedy else None, top_p=None, top_k=None,
+                                 num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
+            new = gen[:, enc["input_ids"].shape[1]:]
+            for j in range(0, new.shape[0], samples):
+                rows = new[j:j + samples]
+                outs.append([tokenizer.decode(r, skip_special_tokens=True) for r in rows])
+                lengths.append([_length(r.tolist(), eos, tokenizer.pad_token_id) for r in rows])
+    except torch.cuda.OutOfMemoryError as e:
+        raise GPUOutOfMemoryError(f"CUDA ran out of memory generating {batch_size} prompts x {samples} samples x "
+                                  f"{max_new_tokens} tokens. Lower batch_size= or samples=, or max_new_tokens.") from e
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return outs, lengths
+
+
+def _length(ids: list[int], eos: set, pad: int) -> int:
+    """Tokens up to and including the first end-of-sequence; all of them when none was produced."""
+    for n, t in enumerate(ids, 1):
+        if t in eos:
+            return n
+    return len(ids)
+
+
+def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
+             greedy: bool = True, max_new_tokens: int = 64, temperature: float = 1.0,
+             batch_size: int = 32, match: str = "final") -> EvalReport:
+    """Generate on `dataset` (a `prompt` column; `answer` enables accuracy) and score.
+
+    greedy=True needs samples=1 (greedy decoding gives one answer). pass@k is reported for
+    k = 1, 2, 4, ... up to `samples`. match="final" counts a completion correct when its final
+    answer is right; match="exact" when the reply is the answer alone (see rewards.is_correct).
+    """
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    if greedy and samples > 1:
+        raise ValueError("greedy decoding gives one completion per prompt: use greedy=False with samples > 1.")
+    prompts = list(dataset["prompt"])
+    answers = list(dataset["answer"]) if "answer" in dataset.column_names else None
+    texts, lengths = generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
+                              max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size)
+    columns = {c: [v for v in dataset[c] for _ in range(samples)] for c in dataset.column_names if c != "prompt"}
+    flat_prompts = [p for p in prompts for _ in range(samples)]
+    flat = [t for group in texts for t in group]
+    rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat, **columns) for f in funcs}
+    rows, correct_counts = [], []
+    for i, (p, group) in enumerate(zip(prompts, texts)):
+        ok = [is_correct(t, str(answers[i]), match) for t in group] if answers else []
+        correct_counts.append(sum(ok))
+        for s, t in enumerate(group):
+            row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}
+            if answers:
+                row.update(answer=answers[i], predicted=extract_answer(t), correct=ok[s])
+            row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
+            rows.append(row)
+    n_prompts = len(prompts)
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= samples]
+    all_lengths = [n for group in lengths for n in group]
+    return EvalReport(
+        accuracy=sum(correct_counts) / (n_prompts * samples) if answers else None,
+        pass_at_k={k: sum(pass_at_k(samples, c, k) for c in correct_counts) / n_prompts for k in ks} if answers else {},
+        mean_reward={name: _mean(v) for name, v in rewards.items()},
+        mean_length=sum(all_lengths) / len(all_lengths),
+        truncation_rate=sum(n >= max_new_tokens for n in all_lengths) / len(all_lengths),
+        samples=samples, completions=rows)
+
+
+def _mean(values: list) -> float:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def _prompt_text(prompt) -> str:
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
+
+
+def evaluate_base_and_adapter(model, tokenizer, dataset, reward_funcs=(), **kwargs) -> tuple[EvalReport, EvalReport]:
+    """(base, adapter) reports from one PEFT model: the base is the same weights with the adapter off."""
+    with disabled_adapter(model):
+        base = evaluate(model, tokenizer, dataset, reward_funcs, **kwargs)
+    return base, evaluate(model, tokenizer, dataset, reward_funcs, **kwargs)
+
+
+@contextlib.contextmanager
+def disabled_adapter(model):
+    """The base model's behaviour, without loading it again."""
+    if not hasattr(model, "disable_adapter"):
+        raise ValueError("This model has no LoRA adapter to switch off: load one with rloo_kit.load_adapter.")
+    with model.disable_adapter():
+        yield model
+
+
+def compare(base: EvalReport, tuned: EvalReport, names: tuple[str, str] = ("base", "adapter")) -> pd.DataFrame:
+    """One row per metric: base, adapter, and the difference."""
+    a, b = base.summary(), tuned.summary()
+    keys = [k for k in a if k in b and a[k] is not None and b[k] is not None]
+    return pd.DataFrame({names[0]: [a[k] for k in keys], names[1]: [b[k] for k in keys],
+                         "difference": [b[k] - a[k] for k in keys]}, index=pd.Index(keys, name="metric"))
+
+
+def sample_table(base: EvalReport, tuned: EvalReport, n: int = 10) -> pd.DataFrame:
+    """Side-by-side completions for the first n prompts."""
+    rows = []
+    for x, y in list(zip(base.completions, tuned.completions))[:n]:
+        rows.append({"prompt": x["prompt"], "answer": x.get("answer"), "base": x["completion"],
+                     "adapter": y["completion"], "base ok": x.get("correct"), "adapter ok": y.get("correct")})
+    return pd.DataFrame(rows)

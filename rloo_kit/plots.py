@@ -1,0 +1,76 @@
+"""Matplotlib figures: training curves with diagnosis markers, and base-vs-adapter comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+
+from .diagnostics import Diagnosis
+from .evaluation import EvalReport
+
+CURVES = (("reward", "reward (mean)"), ("kl", "KL to reference"), ("entropy", "entropy"),
+          ("completions/mean_length", "completion length"))
+_MARK = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
+         "truncation": "tab:brown"}
+
+
+def _steps(history: Sequence[dict], key: str) -> tuple[list, list]:
+    pts = [(h["step"], h[key]) for h in history if h.get(key) is not None and "step" in h]
+    return [s for s, _ in pts], [v for _, v in pts]
+
+
+def plot_training(runs: Mapping[str, Sequence[dict]] | Sequence[dict],
+                  diagnoses: Mapping[str, Sequence[Diagnosis]] | Sequence[Diagnosis] = (), title: str = ""):
+    """Reward, KL, entropy and length per step. `runs` is one log_history or {name: log_history}
+    to overlay several (e.g. a broken run and its fix); diagnoses are drawn as dashed lines."""
+    if not isinstance(runs, Mapping):
+        runs, diagnoses = {"run": runs}, {"run": diagnoses}
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
+    for ax, (key, label) in zip(axes, CURVES):
+        for name, history in runs.items():
+            xs, ys = _steps(history, key)
+            line, = ax.plot(xs, ys, marker=".", label=name)
+            for d in (diagnoses.get(name, ()) if isinstance(diagnoses, Mapping) else ()):
+                ax.axvline(d.step, color=_MARK.get(d.kind, "gray"), ls="--", lw=1)
+                if key == "reward":
+                    ax.annotate(d.kind, (d.step, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top",
+                                color=_MARK.get(d.kind, "gray"))
+        ax.set_title(label)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_comparison(base: EvalReport, tuned: EvalReport, names: tuple[str, str] = ("base", "adapter")):
+    """Bars of accuracy / pass@k / mean rewards, and histograms of completion length."""
+    a, b = base.summary(), tuned.summary()
+    keys = [k for k in a if (k == "accuracy" or k.startswith(("pass@", "reward/"))) and a[k] is not None]
+    fig, (bars, hist) = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = range(len(keys))
+    bars.bar([i - 0.2 for i in x], [a[k] for k in keys], 0.4, label=names[0])
+    bars.bar([i + 0.2 for i in x], [b[k] for k in keys], 0.4, label=names[1])
+    bars.set_xticks(list(x), keys, rotation=30, ha="right", fontsize=8)
+    bars.set_title("held-out metrics")
+    bars.legend()
+    for report, name in ((base, names[0]), (tuned, names[1])):
+        hist.hist([r["tokens"] for r in report.completions], bins=20, alpha=0.6, label=name)
+    hist.set_title("completion length (tokens)")
+    hist.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_reward_distribution(base: EvalReport, tuned: EvalReport, reward: str,
+                             names: tuple[str, str] = ("base", "adapter")):
+    """Histogram of one reward function's per-completion scores, base vs adapter."""
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for report, name in ((base, names[0]), (tuned, names[1])):
+        ax.hist([r[reward] for r in report.completions if r.get(reward) is not None], bins=20, alpha=0.6, label=name)
+    ax.set_title(f"{reward} per completion")
+    ax.legend()
+    fig.tight_layout()
+    return fig

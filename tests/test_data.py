@@ -1,0 +1,76 @@
+import json
+
+import pytest
+from datasets import Dataset
+
+from rloo_kit import DataError, arithmetic_task, load_gsm8k, load_local
+from rloo_kit.data import gold_answer, validate_dataset
+
+from .conftest import SHARED_GSM8K
+
+
+def question(row) -> str:
+    return row["prompt"][-1]["content"]
+
+
+def test_arithmetic_split_is_disjoint_deterministic_and_right():
+    ds = arithmetic_task(n_train=500, n_test=40, seed=3)
+    assert len(ds["train"]) == 500 and len(ds["test"]) == 40
+    assert {question(r) for r in ds["test"]}.isdisjoint({question(r) for r in ds["train"]})
+    again = arithmetic_task(n_train=500, n_test=40, seed=3)
+    assert ds["test"]["answer"] == again["test"]["answer"]
+    for row in ds["test"]:
+        expr = question(row).split("What is ")[1].split("?")[0]
+        assert str(eval(expr)) == row["answer"]
+        assert row["prompt"][-1]["role"] == "user"
+
+
+def test_arithmetic_difficulty_and_system_prompt():
+    ds = arithmetic_task(n_train=50, n_test=10, max_operand=99, ops=("*",), system_prompt="Be brief.")
+    assert ds["train"][0]["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert any(int(a) > 100 for a in ds["train"]["answer"])
+    with pytest.raises(DataError, match="no training question"):
+        arithmetic_task(n_test=1000, max_operand=3)
+
+
+def test_gold_answer():
+    assert gold_answer("... so 3 * 4 = 12\n#### 1,212") == "1212"
+    with pytest.raises(DataError):
+        gold_answer("no marker")
+
+
+def test_load_gsm8k_from_a_local_jsonl(tmp_path):
+    f = tmp_path / "mini.jsonl"
+    f.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": f"work\n#### {i},000"}) for i in range(3)))
+    ds = load_gsm8k(str(f))
+    assert ds["answer"] == ["0000", "1000", "2000"]
+    assert ds[0]["prompt"][0]["role"] == "system" and ds[0]["prompt"][1]["content"] == "q0"
+
+
+@pytest.mark.skipif(not SHARED_GSM8K.exists(), reason="shared GSM8K data not beside the checkout")
+def test_load_gsm8k_real_split():
+    ds = load_gsm8k(str(SHARED_GSM8K), limit=100)
+    assert len(ds) == 100 and ds[0]["answer"] == "72"
+
+
+def test_load_gsm8k_unreachable_hub_id_says_what_to_do():
+    with pytest.raises(DataError, match="file path"):
+        load_gsm8k("no-such-org/no-such-dataset-xyz")
+
+
+def test_load_local_maps_columns(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps({"q": "What is 2+2?", "gold": 4, "level": 1}) + "\n")
+    ds = load_local(str(f), prompt_column="q", answer_column="gold")
+    assert set(ds.column_names) == {"prompt", "answer", "level"} and ds[0]["answer"] == "4"
+    with pytest.raises(DataError, match="no column 'question'"):
+        load_local(str(f), prompt_column="question")
+
+
+def test_validate_dataset_errors():
+    with pytest.raises(DataError, match="no 'prompt' column"):
+        validate_dataset(Dataset.from_dict({"question": ["a"]}))
+    with pytest.raises(DataError, match="empty"):
+        validate_dataset(Dataset.from_dict({"prompt": []}))
+    with pytest.raises(DataError, match=r"\['answer'\]"):
+        validate_dataset(Dataset.from_dict({"prompt": ["a"]}), {"answer"})

@@ -1,0 +1,111 @@
+import dataclasses
+
+import pytest
+from trl import RLOOConfig
+
+from rloo_kit import ConfigError, ModelTooLargeError, estimate_memory, get_preset, list_presets, make_config
+from rloo_kit.hardware import Hardware
+from rloo_kit.presets import RLOO_FIELDS, ModelShape, parse_params, pick_preset
+
+CPU = Hardware("cpu", "test cpu", 24.0, 20.0, False, 2)
+
+
+def gpu(gib: float, bf16: bool = True) -> Hardware:
+    return Hardware("cuda", f"{gib} GiB GPU", gib, gib, bf16, 8)
+
+
+def test_every_preset_field_exists_in_installed_rloo_config():
+    """A TRL upgrade that renames a field must fail here, not in a user's notebook."""
+    fields = {f.name: f for f in dataclasses.fields(RLOOConfig)}
+    for preset in list_presets():
+        for name, value in preset.rloo_fields().items():
+            assert name in fields, f"{preset.name}: RLOOConfig has no field {name}"
+            assert isinstance(value, (int, float, str, bool))
+    assert set(RLOO_FIELDS) <= set(fields)
+
+
+@pytest.mark.parametrize("name", ["cpu", "8gb", "t4-16gb", "24gb", "40gb", "80gb"])
+def test_each_preset_builds_a_config(name, tmp_path):
+    cfg = make_config(name, output_dir=str(tmp_path), hardware=CPU)
+    p = get_preset(name)
+    assert isinstance(cfg, RLOOConfig)
+    assert cfg.num_generations == p.num_generations and cfg.learning_rate == p.learning_rate
+    assert cfg.use_cpu and not cfg.bf16 and "8bit" not in cfg.optim  # CPU flags applied
+
+
+def test_gpu_flags_follow_bf16_support(tmp_path):
+    # build the dict the config would get, without asking RLOOConfig to find a GPU here
+    from rloo_kit.presets import _device_flags
+
+    assert _device_flags(gpu(16, bf16=False), get_preset("t4-16gb")) == {"bf16": False, "fp16": True}
+    assert _device_flags(gpu(24), get_preset("24gb")) == {"bf16": True, "fp16": False}
+
+
+def test_unknown_preset_lists_valid_ones():
+    with pytest.raises(ConfigError) as e:
+        get_preset("16gb")
+    for name in ("cpu", "8gb", "t4-16gb", "24gb", "40gb", "80gb"):
+        assert name in str(e.value)
+
+
+def test_misspelt_field_names_the_real_one(tmp_path):
+    with pytest.raises(ConfigError, match="num_generations"):
+        make_config("cpu", output_dir=str(tmp_path), hardware=CPU, num_generation=4)
+
+
+def test_group_size_below_two_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="at least 2"):
+        make_config("cpu", output_dir=str(tmp_path), hardware=CPU, num_generations=1)
+
+
+def test_batch_not_divisible_by_group_size_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="not divisible by num_generations=4"):
+        make_config("cpu", output_dir=str(tmp_path), hardware=CPU, per_device_train_batch_size=6)
+
+
+def test_completion_longer_than_sequence_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="max_seq_length"):
+        make_config("cpu", output_dir=str(tmp_path), hardware=CPU, max_completion_length=256)
+
+
+@pytest.mark.parametrize("vram,expected", [(8.0, "8gb"), (15.6, "t4-16gb"), (23.6, "24gb"), (39.5, "40gb"),
+                                           (79.3, "80gb"), (139.0, "80gb")])
+def test_pick_preset_by_vram(vram, expected):
+    assert pick_preset(gpu(vram)).name == expected
+
+
+def test_pick_preset_on_cpu_is_cpu():
+    assert pick_preset(CPU).name == "cpu"
+    assert pick_preset(CPU, "135M").name == "cpu"
+
+
+def test_pick_preset_steps_down_until_the_model_fits():
+    big = pick_preset(gpu(23.6), "1.5B")
+    assert big.name == "24gb"
+    # a 32B model does not fit the 40gb preset's batch on a 40 GiB card, but a smaller preset's batch fits
+    assert estimate_memory("32B", "40gb").total_gb > 39.5 * 0.92
+    chosen = pick_preset(gpu(39.5), "32B")
+    assert chosen.memory_gb < 38 and estimate_memory("32B", chosen).total_gb <= 39.5 * 0.92
+
+
+def test_model_too_large_for_the_gpu():
+    with pytest.raises(ModelTooLargeError, match="GiB"):
+        pick_preset(gpu(8.0), "70B")
+
+
+def test_estimate_grows_with_model_and_batch():
+    small, large = estimate_memory("0.5B", "24gb"), estimate_memory("7B", "24gb")
+    assert large.weights_gb > 5 * small.weights_gb
+    assert estimate_memory("1.5B", "80gb").activations_gb > estimate_memory("1.5B", "8gb").activations_gb
+    assert estimate_memory("1.5B", "cpu").weights_gb == pytest.approx(1.5e9 * 4 / 1024**3)
+
+
+def test_parse_params():
+    assert parse_params("135M") == 135e6 and parse_params("1.5B") == 1.5e9 and parse_params(7e9) == 7e9
+    with pytest.raises(ConfigError):
+        parse_params("big")
+
+
+def test_shape_from_params_is_close_to_a_real_model():
+    shape = ModelShape.from_params(1.5e9)
+    assert 1000 < shape.hidden < 2200 and shape.layers == 28
