@@ -95,9 +95,8 @@ def cmd_demo(args) -> int:
 
 def cmd_train(args) -> int:
     from .models import load_model, save_adapter
-    from .training import ADAPTER_DIR, build_trainer, train
-
     from .recipes import recipe
+    from .training import ADAPTER_DIR, build_trainer, train
 
     task = recipe(args.task, path=args.path, n_test=args.n_test)
     model, tok = load_model(args.model, preset=args.preset, backend=args.backend, load_in_4bit=args.load_in_4bit)
@@ -119,7 +118,6 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     from .evaluation import compare, evaluate_base_and_adapter
     from .models import adapter_base_model, load_adapter, load_model
-
     from .recipes import recipe
 
     task = recipe(args.task, path=args.path, n_test=args.n_test)

@@ -26,8 +26,9 @@ class Thresholds:
     warmup_steps: int = 3  # no judgement before this many logged steps
     window: int = 6  # recent steps that high_variance looks at
     patience: int = 3  # consecutive steps a sign must last (reward_collapse, truncation, kl)
-    # high_variance: step-to-step reward s.d. over the window, relative to the larger of |mean reward|
-    # and the mean within-step reward spread (reward_std), so it is free of the reward's scale.
+    # high_variance: the median step-to-step change of the reward over the window (so one level
+    # shift does not count), relative to the larger of |mean reward| and the mean within-step
+    # reward spread (reward_std), so that it is free of the reward's scale.
     reward_noise: float = 0.7
     grad_spike: float = 5.0  # a grad_norm this many times the median of the earlier ones is a spike
     grad_spikes: int = 2  # this many spikes within the window
@@ -71,7 +72,7 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     spread = _series(history, "reward_std")[-t.window:]
     if len(rewards) >= t.window:
         scale = max(abs(statistics.fmean(rewards)), statistics.fmean(spread) if spread else 0.0, 1e-3)
-        noise = statistics.pstdev(rewards) / scale
+        noise = statistics.median(abs(b - a) for a, b in zip(rewards, rewards[1:])) / scale
         if noise > t.reward_noise:
             found["high_variance"] = {"reward_noise": round(noise, 3)}
     grads = _series(history, "grad_norm")

@@ -5,8 +5,7 @@ import pytest
 
 from rloo_kit import RewardError
 from rloo_kit.data import gold_answer
-from rloo_kit.rewards import (brevity, combine, correct_answer, extract_answer, required_columns, safe,
-                              tag_format)
+from rloo_kit.rewards import brevity, combine, correct_answer, extract_answer, required_columns, safe, tag_format
 
 from .conftest import SHARED_GSM8K
 

@@ -1,0 +1,100 @@
+"""Each failure kind from a synthetic log history; healthy runs get nothing; kinds are not confused."""
+
+import math
+
+import pytest
+
+from rloo_kit import ConfigError, HealthMonitor, Thresholds
+from rloo_kit.diagnostics import KINDS
+
+
+def healthy_step(i: int) -> dict:
+    """A run that learns: reward rising smoothly, spread inside groups, small KL, short completions."""
+    return {"step": i, "reward": 0.3 + 0.015 * i + 0.01 * math.sin(i), "reward_std": 0.4, "kl": 0.002 * i,
+            "entropy": 1.5 - 0.005 * i, "frac_reward_zero_std": 0.25, "completions/clipped_ratio": 0.1,
+            "grad_norm": 1.0 + 0.1 * math.cos(i)}
+
+
+def history(n: int = 30, **changes) -> list[dict]:
+    """A healthy history with some fields replaced from `start` on: changes = {field: fn(i)}."""
+    start = changes.pop("start", 10)
+    out = []
+    for i in range(1, n + 1):
+        step = healthy_step(i)
+        if i >= start:
+            step.update({k: f(i) for k, f in changes.items()})
+        out.append(step)
+    return out
+
+
+CASES = {
+    "high_variance": history(reward=lambda i: 0.9 if i % 2 else 0.05, reward_std=lambda i: 0.2),
+    "kl_explosion": history(kl=lambda i: 0.05 * 1.6 ** (i - 9), entropy=lambda i: 1.4 - 0.05 * (i - 9)),
+    "reward_collapse": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.0, reward_std=lambda i: 0.0),
+    "truncation": history(**{"completions/clipped_ratio": lambda i: 0.8}),
+}
+
+
+def kinds(hist, **kw) -> list[str]:
+    return [d.kind for d in HealthMonitor(**kw).diagnose(hist)]
+
+
+def test_healthy_run_gets_no_diagnosis():
+    assert kinds(history(60)) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_is_recognised_alone(kind):
+    assert kinds(CASES[kind]) == [kind]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_diagnosis_starts_after_the_change_and_says_what_to_do(kind):
+    (d,) = HealthMonitor().diagnose(CASES[kind])
+    assert d.step >= 10 and d.message and d.fix and str(d).startswith(f"[{kind} at step {d.step}]")
+
+
+def test_grad_norm_spikes_alone_are_high_variance():
+    spiky = history(grad_norm=lambda i: 50.0 if i % 3 == 0 else 1.0)
+    assert kinds(spiky) == ["high_variance"]
+
+
+def test_kl_explosion_without_kl_logged_reads_entropy():
+    no_kl = [{k: v for k, v in h.items() if k != "kl"} for h in history(entropy=lambda i: 0.1)]
+    assert kinds(no_kl) == ["kl_explosion"]
+
+
+def test_fix_uses_the_runs_own_settings():
+    class Args:
+        num_generations, learning_rate, beta, temperature, max_completion_length = 4, 2e-4, 0.02, 1.0, 16
+
+    (d,) = HealthMonitor().diagnose(CASES["high_variance"], Args())
+    assert "4 -> 8" in d.fix and "0.0002 -> 0.0001" in d.fix
+    (d,) = HealthMonitor().diagnose(CASES["kl_explosion"], Args())
+    assert "beta 0.02 -> 0.04" in d.fix
+
+
+def test_thresholds_are_settable():
+    assert kinds(CASES["truncation"], thresholds=Thresholds(clipped_ratio=0.9)) == []
+
+
+def test_online_monitor_reports_once_and_stops_on_request():
+    monitor = HealthMonitor(stop_on={"truncation"}, verbose=False)
+
+    class Control:
+        should_training_stop = False
+
+    class State:
+        global_step = 0
+
+    control, state = Control(), State()
+    for h in CASES["truncation"]:
+        state.global_step = h["step"]
+        monitor.on_log(None, state, control, logs=h)
+    assert [d.kind for d in monitor.diagnoses] == ["truncation"]
+    assert control.should_training_stop and monitor.stopped_by.kind == "truncation"
+
+
+def test_unknown_stop_kind_is_refused():
+    with pytest.raises(ConfigError, match="kl_explosoin"):
+        HealthMonitor(stop_on={"kl_explosoin"})

@@ -1,0 +1,54 @@
+import pytest
+import torch
+
+import rloo_kit
+from rloo_kit.evaluation import compare, evaluate, evaluate_base_and_adapter, pass_at_k, sample_table
+from rloo_kit.rewards import correct_answer
+
+
+@pytest.mark.parametrize("n,c,k,expected", [
+    (4, 0, 1, 0.0), (4, 4, 2, 1.0), (4, 1, 1, 0.25), (4, 1, 2, 0.5), (4, 2, 2, 1 - 1 / 6), (5, 2, 3, 1 - 1 / 10),
+    (10, 3, 4, 1 - 35 / 210),
+])
+def test_pass_at_k_matches_hand_computed(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_needs_enough_samples():
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 4)
+
+
+@pytest.fixture(scope="module")
+def tiny_lora(tiny_model_dir):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    return rloo_kit.attach_lora(model, r=4, alpha=8), tok
+
+
+def test_report_and_self_comparison(tiny_lora):
+    model, tok = tiny_lora
+    test = rloo_kit.arithmetic_task(n_train=4, n_test=6)["test"]
+    report = evaluate(model, tok, test, [correct_answer], samples=4, greedy=False, max_new_tokens=6)
+    assert report.samples == 4 and len(report.completions) == 24
+    assert set(report.pass_at_k) == {1, 2, 4} and report.pass_at_k[1] == pytest.approx(report.accuracy)
+    assert 0 < report.mean_length <= 6 and 0 <= report.truncation_rate <= 1
+    assert "correct_answer" in report.mean_reward
+    diff = compare(report, report)["difference"]
+    assert (diff == 0).all() and len(diff) >= 5
+    with pytest.raises(ValueError, match="greedy"):
+        evaluate(model, tok, test, samples=2, greedy=True)
+
+
+def test_base_and_adapter_from_one_model(tiny_lora):
+    model, tok = tiny_lora
+    test = rloo_kit.arithmetic_task(n_train=4, n_test=4)["test"]
+    base, tuned = evaluate_base_and_adapter(model, tok, test, max_new_tokens=6)
+    assert [r["completion"] for r in base.completions] == [r["completion"] for r in tuned.completions]  # B = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn_like(p))
+    base2, tuned2 = evaluate_base_and_adapter(model, tok, test, max_new_tokens=6)
+    assert [r["completion"] for r in base2.completions] == [r["completion"] for r in base.completions]
+    assert [r["completion"] for r in tuned2.completions] != [r["completion"] for r in base.completions]
+    assert len(sample_table(base2, tuned2, n=3)) == 3

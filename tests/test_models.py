@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+import rloo_kit
+from rloo_kit import ConfigError, ModelSourceError
+from rloo_kit.models import ALIASES, fetch_model, resolve_source
+
+
+def test_unknown_backend(tiny_model_dir):
+    with pytest.raises(ConfigError, match="Unknown backend 'vllm'"):
+        rloo_kit.load_model(str(tiny_model_dir), backend="vllm")
+
+
+def test_name_that_is_neither_path_nor_hub_id():
+    with pytest.raises(ModelSourceError, match="neither a local directory"):
+        resolve_source("./no/such/dir/")
+
+
+def test_hub_id_offline_says_how_to_work_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelSourceError, match="not reachable"):
+        rloo_kit.load_model("no-such-org/no-such-model-xyz", preset="cpu")
+
+
+def test_lora_targets_that_do_not_exist(tiny_model_dir):
+    model, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    with pytest.raises(ConfigError, match="target modules"):
+        rloo_kit.attach_lora(model, target_modules=["c_attn"])
+
+
+def test_secure_defaults(tiny_model_dir, monkeypatch):
+    """Remote code off and safetensors only, unless the caller says otherwise."""
+    import transformers
+
+    seen = {}
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    assert seen["trust_remote_code"] is False and seen["use_safetensors"] is True
+
+
+def test_default_model_builds_offline_and_is_idempotent(default_model_dir):
+    path = fetch_model(prefer_hub=False)
+    assert path == default_model_dir and (torch.load is not None)
+    model, tok = rloo_kit.load_model("smollm2-135m", preset="cpu")
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    assert tok.eos_token == ALIASES["smollm2-135m"].eos_token and tok.padding_side == "left"
+    text = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    reply = tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True)
+    assert "5" in reply  # a real, working instruct model, not random weights
+
+
+def test_gguf_file_is_a_source(tmp_path, tiny_model_dir):
+    with pytest.raises(ModelSourceError):
+        resolve_source(str(tmp_path / "missing.gguf"))

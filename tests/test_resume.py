@@ -1,0 +1,66 @@
+"""A run killed hard (SIGKILL) after a checkpoint resumes and finishes with the planned step count."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import rloo_kit
+
+STEPS = 12
+
+
+def train_cmd(model_dir, out, *extra):
+    return [sys.executable, "-m", "rloo_kit.cli", "train", "--model", str(model_dir), "--preset", "cpu",
+            "--output-dir", str(out), "--max-steps", str(STEPS), "--save-steps", "1", "--batch-size", "4",
+            "--num-generations", "2", "--max-completion-length", "8", "--n-test", "4", *extra]
+
+
+def test_sigkill_then_resume(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(train_cmd(tiny_model_dir, out), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (out / "checkpoint-2" / "trainer_state.json").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "no checkpoint within 4 minutes"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert killed_at < STEPS and not (out / "adapter").exists()
+
+    done = subprocess.run(train_cmd(tiny_model_dir, out, "--resume"), env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Resuming from" in done.stderr
+    final = max(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    state = json.loads((final / "trainer_state.json").read_text())
+    assert state["global_step"] == STEPS
+    logged = [h["step"] for h in state["log_history"] if "reward" in h]
+    assert logged == list(range(1, STEPS + 1))  # steps before the kill were kept, none repeated
+    model, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    assert rloo_kit.load_adapter(model, out / "adapter") is not None
+
+
+def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(train_cmd(tiny_model_dir, out)[:-12] + ["--max-steps", "400", "--save-steps", "1000",
+                                                                    "--batch-size", "4", "--num-generations", "2",
+                                                                    "--max-completion-length", "8"],
+                            env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    # wait for the first logged step, then press Ctrl-C
+    while proc.poll() is None and time.time() < deadline:
+        line = proc.stdout.readline()
+        if "'reward'" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert (out / "interrupted" / "adapter_model.safetensors").is_file()
+    assert "adapter saved to" in err and str(out / "interrupted") in err

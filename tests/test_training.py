@@ -1,0 +1,144 @@
+"""Integration on the tiny offline model: real RLOO steps through the kit, in seconds."""
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+
+import rloo_kit
+from rloo_kit import ConfigError, DataError, RewardError, build_trainer, train
+from rloo_kit.rewards import correct_answer
+
+
+def data(n: int = 16) -> Dataset:
+    return rloo_kit.arithmetic_task(n_train=n, n_test=4)["train"]
+
+
+def length_reward(prompts, completions, **kwargs):
+    """Varies across completions, so every group has a spread and LoRA gets a gradient."""
+    return [float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+
+
+def lora_state(model) -> dict:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def base_state(model) -> dict:
+    return {n: p.detach().clone().float() for n, p in model.named_parameters() if "lora_" not in n}
+
+
+def test_4bit_lora_two_steps_change_adapter_not_base(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu", backend="transformers", load_in_4bit=True)
+    assert getattr(model, "is_loaded_in_4bit", False)
+    assert any("Linear4bit" in type(m).__name__ for m in model.modules())
+    model = rloo_kit.attach_lora(model, preset="cpu", r=4, alpha=8)
+    lora_before, base_before = lora_state(model), base_state(model)
+    trainer = build_trainer(model, tok, data(), [length_reward], preset="cpu", output_dir=str(tmp_path),
+                            max_steps=2, **cpu_tiny_overrides)
+    assert "ref" not in trainer.model.peft_config  # reference = the base with the adapter off
+    train(trainer)
+    assert trainer.state.global_step == 2
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    assert len(rewards) == 2 and all(r > 0 for r in rewards)
+    lora_after, base_after = lora_state(trainer.model), base_state(trainer.model)
+    assert any(not torch.equal(lora_before[n], lora_after[n]) for n in lora_before)
+    assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_adapter_save_reload_gives_same_outputs(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    model = rloo_kit.attach_lora(model, r=4, alpha=8)
+    trainer = build_trainer(model, tok, data(), [length_reward], preset="cpu", output_dir=str(tmp_path),
+                            max_steps=1, learning_rate=5e-2, **cpu_tiny_overrides)
+    train(trainer)
+    ids = tok("What is 2+2?", return_tensors="pt").input_ids
+    trained = trainer.model.eval()
+    with torch.no_grad():
+        expected = trained(ids).logits
+        with trained.disable_adapter():
+            base_logits = trained(ids).logits
+    assert not torch.allclose(expected, base_logits)  # the adapter does something
+    saved = rloo_kit.save_adapter(trained, tok, tmp_path / "saved")
+    fresh, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    reloaded = rloo_kit.load_adapter(fresh, saved).eval()
+    with torch.no_grad():
+        assert torch.allclose(reloaded(ids).logits, expected, atol=1e-5)
+    merged_dir = rloo_kit.merge_and_save(reloaded, tok, tmp_path / "merged")
+    merged, _ = rloo_kit.load_model(str(merged_dir), preset="cpu")
+    with torch.no_grad():
+        assert torch.allclose(merged.eval()(ids).logits, expected, atol=1e-4)
+
+
+def test_dataset_without_prompt_is_refused_before_training(tiny_model_dir, tmp_path):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    with pytest.raises(DataError, match="no 'prompt' column"):
+        build_trainer(model, tok, Dataset.from_dict({"question": ["x"], "answer": ["1"]}), [correct_answer],
+                      preset="cpu", output_dir=str(tmp_path))
+    with pytest.raises(DataError, match="'answer'"):
+        build_trainer(model, tok, Dataset.from_dict({"prompt": ["x"]}), [correct_answer], preset="cpu",
+                      output_dir=str(tmp_path))
+
+
+def test_reward_of_wrong_length_fails_with_its_name(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    def one_value(prompts, completions, **kwargs):
+        return [1.0]
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    trainer = build_trainer(model, tok, data(), [one_value], preset="cpu", output_dir=str(tmp_path), max_steps=1,
+                            **cpu_tiny_overrides)
+    with pytest.raises(RewardError, match="one_value"):
+        train(trainer)
+
+
+def test_config_and_overrides_together_are_refused(tiny_model_dir, tmp_path):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    cfg = rloo_kit.make_config("cpu", output_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="not both"):
+        build_trainer(model, tok, data(), [length_reward], config=cfg, max_steps=3)
+
+
+class InterruptAt(TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_interrupt_saves_adapter(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    trainer = build_trainer(model, tok, data(), [length_reward], preset="cpu", output_dir=str(tmp_path),
+                            max_steps=5, callbacks=[InterruptAt(2)], **cpu_tiny_overrides)
+    with pytest.raises(KeyboardInterrupt):
+        train(trainer)
+    saved = tmp_path / "interrupted"
+    assert (saved / "adapter_model.safetensors").is_file()
+    fresh, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    assert rloo_kit.load_adapter(fresh, saved) is not None
+
+
+def test_constant_reward_is_diagnosed_as_collapse_and_can_stop(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    def constant(prompts, completions, **kwargs):
+        return [1.0] * len(completions)
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    monitor = rloo_kit.HealthMonitor(stop_on={"reward_collapse"}, verbose=False)
+    trainer = build_trainer(model, tok, data(), [constant], preset="cpu", output_dir=str(tmp_path), max_steps=8,
+                            monitor=monitor, **cpu_tiny_overrides)
+    train(trainer)
+    assert "reward_collapse" in [d.kind for d in monitor.diagnoses]
+    assert monitor.stopped_by.kind == "reward_collapse"
+    assert trainer.state.global_step == monitor.thresholds.warmup_steps < 8  # stopped early, cleanly
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_tiny_beta_and_huge_learning_rate_explode_kl(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    monitor = rloo_kit.HealthMonitor(verbose=False)
+    overrides = {**cpu_tiny_overrides, "max_completion_length": 16}
+    trainer = build_trainer(model, tok, data(64), [length_reward], preset="cpu", output_dir=str(tmp_path),
+                            max_steps=10, beta=1e-4, learning_rate=0.5, monitor=monitor, **overrides)
+    train(trainer)
+    assert "kl_explosion" in [d.kind for d in monitor.diagnoses], trainer.state.log_history
