@@ -103,7 +103,8 @@ def cmd_train(args) -> int:
     overrides = {k: v for k, v in dict(max_steps=args.max_steps, save_steps=args.save_steps,
                                        learning_rate=args.learning_rate, num_generations=args.num_generations,
                                        per_device_train_batch_size=args.batch_size,
-                                       max_completion_length=args.max_completion_length, reward_weights=task.reward_weights,
+                                       max_completion_length=args.max_completion_length,
+                                       reward_weights=task.reward_weights,
                                        seed=args.seed).items() if v is not None}
     trainer = build_trainer(model, tok, task.train, task.reward_funcs, preset=args.preset, output_dir=args.output_dir,
                             disable_tqdm=True, **overrides)

@@ -295,12 +295,10 @@ def validate_rloo_fields(fields: dict, max_seq_length: int) -> None:
     steps = fields.get("steps_per_generation") or fields.get("gradient_accumulation_steps", 1)
     gen_batch = fields.get("generation_batch_size") or batch * steps
     if gen_batch % g:
-        lo, hi = (gen_batch // g) * g, (gen_batch // g + 1) * g
         raise ConfigError(
             f"The generation batch ({gen_batch} completions = per_device_train_batch_size {batch} x {steps} "
             f"steps) is not divisible by num_generations={g}, so prompts would be split across groups. "
-            f"Set per_device_train_batch_size so that the batch is a multiple of {g} (e.g. {hi // steps if hi % steps == 0 else hi} "
-            f"or {lo // steps if lo and lo % steps == 0 else g}).")
+            f"Set per_device_train_batch_size to a multiple of {g} (e.g. {max(g, batch // g * g)}).")
     mcl = fields.get("max_completion_length")
     if mcl is not None and mcl >= max_seq_length:
         raise ConfigError(f"max_completion_length={mcl} leaves no room for the prompt within max_seq_length="

@@ -1,0 +1,93 @@
+"""Does RLOO learn on this machine? Held-out greedy accuracy of the default model on the arithmetic
+recipe, before training and at several step counts, with the reward/KL curves.
+
+    .venv/bin/python benchmarks/learning.py [--steps 10 20 40] [--model smollm2-135m]
+
+Writes benchmarks/results/learning.json, learning.md and learning.png, stamped with the command,
+the device and the library versions. Not run in CI (minutes of CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+import rloo_kit
+from rloo_kit import plots
+from rloo_kit.evaluation import evaluate
+from rloo_kit.recipes import recipe
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def stamp() -> dict:
+    hw = rloo_kit.detect_hardware()
+    return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": f"{hw.device} ({hw.name})",
+            "cpu_count": hw.cpu_count, "python": platform.python_version(),
+            "versions": {p: metadata.version(p) for p in ("torch", "transformers", "trl", "peft")}}
+
+
+class EvalAt(TrainerCallback):
+    """Greedy held-out accuracy at chosen steps, timed apart from training."""
+
+    def __init__(self, model, tok, task, steps):
+        self.model, self.tok, self.task, self.steps, self.rows = model, tok, task, set(steps), []
+        self.eval_seconds = 0.0
+
+    def measure(self, step: int, train_seconds: float) -> None:
+        t = time.time()
+        report = evaluate(self.model, self.tok, self.task.test, match=self.task.match,
+                          max_new_tokens=self.task.max_new_tokens)
+        lenient = evaluate(self.model, self.tok, self.task.test, match="final",
+                           max_new_tokens=self.task.max_new_tokens).accuracy
+        self.eval_seconds += time.time() - t
+        self.rows.append({"step": step, "accuracy": report.accuracy, "accuracy_lenient": lenient,
+                          "train_minutes": round(train_seconds / 60, 2)})
+        print(self.rows[-1], flush=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            self.measure(state.global_step, time.time() - self.start - self.eval_seconds)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--steps", type=int, nargs="+", default=[10, 20, 40])
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    task = recipe("arithmetic", seed=args.seed)
+    model, tok = rloo_kit.load_model(args.model, preset="cpu")
+    model = rloo_kit.attach_lora(model, preset="cpu", seed=args.seed)
+    probe = EvalAt(model, tok, task, args.steps)
+    probe.measure(0, 0.0)
+    trainer = rloo_kit.build_trainer(model, tok, task.train, task.reward_funcs, preset="cpu",
+                                     output_dir="runs/bench-learning", max_steps=max(args.steps),
+                                     reward_weights=task.reward_weights, save_strategy="no", disable_tqdm=True,
+                                     seed=args.seed, callbacks=[probe])
+    rloo_kit.train(trainer)
+    RESULTS.mkdir(exist_ok=True)
+    result = {**stamp(), "model": args.model, "preset": "cpu", "accuracy": probe.rows,
+              "diagnoses": [d.kind for d in trainer.health_monitor.diagnoses],
+              "log_history": trainer.state.log_history}
+    (RESULTS / "learning.json").write_text(json.dumps(result, indent=2))
+    lines = ["| step | accuracy (exact) | accuracy (final number) | training minutes |", "|---|---|---|---|"]
+    lines += [f"| {r['step']} | {r['accuracy']:.2f} | {r['accuracy_lenient']:.2f} | {r['train_minutes']} |"
+              for r in probe.rows]
+    (RESULTS / "learning.md").write_text(f"`{result['command']}` on {result['device']}\n\n" + "\n".join(lines) + "\n")
+    plots.plot_training(trainer.state.log_history, trainer.health_monitor.diagnoses).savefig(RESULTS / "learning.png")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
