@@ -37,8 +37,13 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 
+# Benchmarks run on demand (tens of minutes on a CPU), never in CI; results go to benchmarks/results/.
 bench: setup
 	$(PY) benchmarks/learning.py
+	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/scaling.py
+	$(PY) benchmarks/scaling.py --model random:tiny
+	$(PY) benchmarks/backends.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

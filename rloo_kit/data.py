@@ -15,7 +15,9 @@ from datasets import Dataset, DatasetDict, load_dataset
 
 from .errors import DataError
 
-ARITHMETIC_TEMPLATE = "What is {a}{op}{b}? Reply with just the number."
+# How each operator is asked. Plain instructions, not "a+b=": a small model has to learn to answer
+# them with the sum rather than talk about the numbers, which is what RLOO teaches it on a CPU.
+ARITHMETIC_WORDING = {"+": "Add {a} and {b}.", "-": "Subtract {b} from {a}.", "*": "Multiply {a} by {b}."}
 GSM8K_SYSTEM_PROMPT = ("Solve the problem step by step, then give the final answer on its own line as "
                        "'#### <number>'.")
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -28,9 +30,10 @@ def chat_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
 
 
 def arithmetic_task(*, n_train: int = 2000, n_test: int = 50, max_operand: int = 9,
-                    ops: Sequence[str] = ("+", "-"), seed: int = 0, system_prompt: str | None = None,
-                    template: str = ARITHMETIC_TEMPLATE) -> DatasetDict:
-    """Questions 'What is a<op>b?' over operands 0..max_operand. The test questions are held out:
+                    ops: Sequence[str] = ("+",), seed: int = 0, system_prompt: str | None = None,
+                    template: str | None = None) -> DatasetDict:
+    """Questions such as 'Add 3 and 4.' over operands 0..max_operand (ARITHMETIC_WORDING per
+    operator, or `template` with {a}, {op} and {b}). The test questions are held out:
     no (a, op, b) of the test split appears in train. Train rows are drawn with replacement from
     the rest, so n_train may exceed the number of distinct questions."""
     bad = [op for op in ops if op not in _OPS]
@@ -46,7 +49,8 @@ def arithmetic_task(*, n_train: int = 2000, n_test: int = 50, max_operand: int =
 
     def rows(items: Iterable[tuple[int, str, int]]) -> dict:
         items = list(items)
-        return {"prompt": [chat_prompt(template.format(a=a, op=op, b=b), system_prompt) for a, op, b in items],
+        return {"prompt": [chat_prompt((template or ARITHMETIC_WORDING[op]).format(a=a, op=op, b=b), system_prompt)
+                           for a, op, b in items],
                 "answer": [str(_OPS[op](a, b)) for a, op, b in items]}
 
     return DatasetDict(train=Dataset.from_dict(rows(rng.choice(pool) for _ in range(n_train))),

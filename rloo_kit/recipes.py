@@ -10,7 +10,7 @@ from datasets import Dataset
 from .data import arithmetic_task, load_gsm8k, load_local
 from .errors import DataError
 from .hardware import Hardware
-from .rewards import RewardFunc, brevity, correct_answer, exact_answer
+from .rewards import RewardFunc, brevity, correct_answer
 
 TASKS = ("arithmetic", "gsm8k", "file")
 GPU_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -29,14 +29,14 @@ class Recipe:
 
 def recipe(task: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int = 50,
            seed: int = 0) -> Recipe:
-    """arithmetic: 'What is a+b? / a-b? Reply with just the number.' over 0..9, rewarded for the
-    exact reply (1.0), a right final number anywhere (0.5) and brevity (0.2); accuracy is exact.
+    """arithmetic: 'Add a and b.' over 0..9, rewarded for a right final number (1.0) and brevity
+    (0.2); accuracy counts the final number. SmolLM2-135M knows these sums but mostly talks about
+    the numbers instead of answering: that behaviour is what a few minutes of RLOO on a CPU change.
     gsm8k: grade-school word problems, rewarded and scored on the final '#### N' answer.
     file: a local jsonl/csv/parquet with `prompt` and `answer` columns, scored like gsm8k."""
     if task == "arithmetic":
         ds = arithmetic_task(n_train=n_train, n_test=n_test, seed=seed)
-        return Recipe(task, ds["train"], ds["test"], [exact_answer, correct_answer, brevity()], [1.0, 0.5, 0.2],
-                      "exact", 16)
+        return Recipe(task, ds["train"], ds["test"], [correct_answer, brevity()], [1.0, 0.2], "final", 16)
     if task == "gsm8k":
         split = load_gsm8k(path or "openai/gsm8k").train_test_split(test_size=n_test, seed=seed)
     elif task == "file":

@@ -91,8 +91,8 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
 
     resume=True continues from the latest checkpoint in output_dir (adapter, optimizer, RNG and
     step), or starts fresh when there is none. Ctrl-C (KeyboardInterrupt, SIGINT) saves the adapter
-    to `output_dir/interrupted` and re-raises. A CUDA out-of-memory is re-raised as
-    GPUOutOfMemoryError naming the preset one size down.
+    to `output_dir/interrupted` and re-raises. A CUDA out-of-memory saves the adapter there too and
+    is re-raised as GPUOutOfMemoryError naming the preset one size down.
     """
     out = Path(trainer.args.output_dir)
     checkpoint = latest_checkpoint(out) if resume else None
@@ -102,15 +102,24 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     try:
         result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except KeyboardInterrupt:
-        saved = out / INTERRUPTED_DIR
-        trainer.save_model(str(saved))
+        saved = _save_interrupted(trainer)
         log.warning("Interrupted at step %d: adapter saved to %s. Resume with resume=True (from the last "
                     "checkpoint) or load that adapter.", trainer.state.global_step, saved)
         raise
     except torch.cuda.OutOfMemoryError as e:
-        raise GPUOutOfMemoryError(_oom_advice(trainer.args)) from e
+        torch.cuda.empty_cache()
+        saved = _save_interrupted(trainer)
+        raise GPUOutOfMemoryError(f"{_oom_advice(trainer.args)} The adapter as it was at step "
+                                  f"{trainer.state.global_step} is in {saved}.") from e
     trainer.save_model(str(out / ADAPTER_DIR))
     return result
+
+
+def _save_interrupted(trainer: RLOOTrainer) -> Path:
+    """Keep what a run had learned when it stops early: the adapter goes to output_dir/interrupted."""
+    saved = Path(trainer.args.output_dir) / INTERRUPTED_DIR
+    trainer.save_model(str(saved))
+    return saved
 
 
 def _oom_advice(args: RLOOConfig) -> str:

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 from datasets import Dataset
@@ -14,15 +15,24 @@ def question(row) -> str:
 
 
 def test_arithmetic_split_is_disjoint_deterministic_and_right():
-    ds = arithmetic_task(n_train=500, n_test=40, seed=3)
+    ds = arithmetic_task(n_train=500, n_test=40, seed=3, ops=("+", "-"), template="What is {a}{op}{b}?")
     assert len(ds["train"]) == 500 and len(ds["test"]) == 40
     assert {question(r) for r in ds["test"]}.isdisjoint({question(r) for r in ds["train"]})
-    again = arithmetic_task(n_train=500, n_test=40, seed=3)
+    again = arithmetic_task(n_train=500, n_test=40, seed=3, ops=("+", "-"), template="What is {a}{op}{b}?")
     assert ds["test"]["answer"] == again["test"]["answer"]
     for row in ds["test"]:
         expr = question(row).split("What is ")[1].split("?")[0]
         assert str(eval(expr)) == row["answer"]
         assert row["prompt"][-1]["role"] == "user"
+
+
+def test_arithmetic_default_wording_per_operator():
+    ds = arithmetic_task(n_train=20, n_test=30, ops=("+", "-", "*"), seed=1)
+    for row in ds["test"]:
+        q = question(row)
+        a, b = (int(x) for x in re.findall(r"\d+", q))
+        expected = a + b if q.startswith("Add") else b - a if q.startswith("Subtract") else a * b
+        assert q.startswith(("Add ", "Subtract ", "Multiply ")) and str(expected) == row["answer"], q
 
 
 def test_arithmetic_difficulty_and_system_prompt():

@@ -1,0 +1,61 @@
+"""What every benchmark shares: the stamp (command, device, versions), running one measured RLOO
+run in a fresh process (so peak memory is that run's alone), and writing results."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).parent / "results"
+WORKER = Path(__file__).parent / "rloo_run.py"
+
+
+def stamp() -> dict:
+    import rloo_kit
+
+    hw = rloo_kit.detect_hardware()
+    versions = {}
+    for pkg in ("torch", "transformers", "trl", "peft", "bitsandbytes", "unsloth"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    script = Path(sys.argv[0]).resolve().relative_to(REPO)
+    return {"command": " ".join([".venv/bin/python", str(script), *sys.argv[1:]]),
+            "device": f"{hw.device} ({hw.name})", "cpu_count": hw.cpu_count,
+            "memory_gb": round(hw.total_memory_gb, 1), "python": platform.python_version(), "versions": versions}
+
+
+def measure(**settings) -> dict:
+    """One RLOO run in a subprocess (benchmarks/rloo_run.py); its JSON summary."""
+    args = [sys.executable, str(WORKER)]
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value not in (None, False):
+            args += [flag, str(value)]
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def write(name: str, result: dict, table: list[str], notes: str = "") -> None:
+    """benchmarks/results/<name>.json (everything) and <name>.md (the table, stamped)."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    head = (f"`{result['command']}` on {result['device']}, {result['cpu_count']} cores; "
+            + ", ".join(f"{k} {v}" for k, v in result["versions"].items() if v) + "\n\n")
+    (RESULTS / f"{name}.md").write_text(head + "\n".join(table) + "\n" + (f"\n{notes}\n" if notes else ""))
+    print("\n".join(table) + ("\n\n" + notes if notes else ""))

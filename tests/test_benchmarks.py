@@ -1,0 +1,21 @@
+"""The benchmark worker still runs, both ways, so `make bench` cannot rot between measurements."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+
+@pytest.mark.parametrize("via", ["kit", "trl"])
+def test_worker_measures_a_tiny_run(via, tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "rloo_run.py"), "--via", via, "--model", "random:tiny",
+           "--steps", "3", "--gens", "2", "--batch", "4", "--mcl", "8", "--fixed-length", "--output-dir", "run"]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["via"] == via and len(result["step_seconds"]) == 3 and len(result["rewards"]) == 3
+    assert result["mean_completion_length"] == 8  # --fixed-length: every completion runs to --mcl
+    assert result["peak_rss_gb"] > 0.1 and result["estimate_gb"] > 0
