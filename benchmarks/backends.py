@@ -19,7 +19,7 @@ from common import measure, stamp, write
 BACKENDS = (  # (name, backend, 4-bit, dtype)
     ("unsloth 4-bit", "unsloth", True, "bf16"),
     ("transformers + bnb 4-bit", "transformers", True, "bf16"),
-    ("transformers 16-bit LoRA", "transformers", False, "bf16"),
+    ("transformers unquantized", "transformers", False, "bf16"),  # bf16 on a GPU, fp32 on a CPU
 )
 
 
@@ -49,7 +49,8 @@ def main() -> None:
     device = "cuda" if gpu else "cpu"
     write(f"backends-{device}", {**stamp(), "settings": vars(args), "memory": peak, "runs": rows}, table, notes=(
         f"{args.model}, {args.gens} generations, {args.batch} completions per step of exactly {args.mcl} tokens, "
-        f"{args.steps} steps (the first left out). Peak memory is {peak}."))
+        f"{args.steps} steps (the first left out). Peak memory is {peak}. Unquantized means "
+        f"{'bf16' if gpu else 'fp32'} weights here."))
 
 
 if __name__ == "__main__":
