@@ -28,14 +28,15 @@ class Recipe:
 
 
 def recipe(task: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int = 50,
-           seed: int = 0) -> Recipe:
+           seed: int = 0, template: str | None = None) -> Recipe:
     """arithmetic: 'Add a and b.' over 0..9, rewarded for a right final number (1.0) and brevity
     (0.2); accuracy counts the final number. SmolLM2-135M knows these sums but mostly talks about
     the numbers instead of answering: that behaviour is what a few minutes of RLOO on a CPU change.
+    `template` rewords the question (see data.arithmetic_task).
     gsm8k: grade-school word problems, rewarded and scored on the final '#### N' answer.
     file: a local jsonl/csv/parquet with `prompt` and `answer` columns, scored like gsm8k."""
     if task == "arithmetic":
-        ds = arithmetic_task(n_train=n_train, n_test=n_test, seed=seed)
+        ds = arithmetic_task(n_train=n_train, n_test=n_test, seed=seed, template=template)
         return Recipe(task, ds["train"], ds["test"], [correct_answer, brevity()], [1.0, 0.2], "final", 16)
     if task == "gsm8k":
         split = load_gsm8k(path or "openai/gsm8k").train_test_split(test_size=n_test, seed=seed)
