@@ -16,10 +16,10 @@ import argparse
 import torch
 from common import measure, stamp, write
 
-BACKENDS = (  # (name, backend, 4-bit, dtype)
-    ("unsloth 4-bit", "unsloth", True, "bf16"),
-    ("transformers + bnb 4-bit", "transformers", True, "bf16"),
-    ("transformers unquantized", "transformers", False, "bf16"),  # bf16 on a GPU, fp32 on a CPU
+BACKENDS = (  # (name, backend, 4-bit); compute in bf16 on a GPU, fp32 on a CPU
+    ("unsloth 4-bit", "unsloth", True),
+    ("transformers + bnb 4-bit", "transformers", True),
+    ("transformers unquantized", "transformers", False),
 )
 
 
@@ -33,9 +33,9 @@ def main() -> None:
     ap.add_argument("--mcl", type=int, default=256 if gpu else 32)
     args = ap.parse_args()
     rows = []
-    for name, backend, four_bit, dtype in BACKENDS:
+    for name, backend, four_bit in BACKENDS:
         run = measure(via="kit", model=args.model, preset="24gb" if gpu else "cpu", backend=backend,
-                      load_in_4bit=four_bit, dtype=dtype if gpu else "fp32", steps=args.steps, gens=args.gens,
+                      load_in_4bit=four_bit, dtype="bf16" if gpu else "fp32", steps=args.steps, gens=args.gens,
                       batch=args.batch, mcl=args.mcl, fixed_length=True, gradient_checkpointing=gpu,
                       optim="adamw_8bit" if gpu else "adamw_torch", output_dir="runs/bench-backends")
         rows.append({"name": name, **run})

@@ -43,7 +43,8 @@ def model_path(name: str) -> str:
         return fetch_model(name)
     if not name.startswith("random:"):
         return name
-    shape, out = name.split(":", 1)[1], MODELS_DIR / name.split(":", 1)[1]
+    shape = name.split(":", 1)[1]
+    out = (MODELS_DIR / shape).resolve()
     if shape == "tiny":
         return str(build_tiny_model(out))
     if not (out / "config.json").is_file():
@@ -90,7 +91,7 @@ def build_with_kit(a, path, task, clock):
     trainer = rloo_kit.build_trainer(model, tok, task.train, task.reward_funcs, preset=a.preset,
                                      output_dir=a.output_dir, reward_weights=task.reward_weights,
                                      callbacks=[clock], **settings(a))
-    return trainer, model
+    return trainer
 
 
 def build_by_hand(a, path, task, clock):
@@ -108,7 +109,7 @@ def build_by_hand(a, path, task, clock):
                       task_type="CAUSAL_LM")
     trainer = RLOOTrainer(model=model, reward_funcs=task.reward_funcs, args=config, train_dataset=task.train,
                           processing_class=tok, peft_config=lora, callbacks=[clock])
-    return trainer, model
+    return trainer
 
 
 def peak_rss_gb() -> float:
@@ -139,13 +140,11 @@ def main() -> None:
     a = ap.parse_args()
 
     path = model_path(a.model)
-    if a.model.startswith("random:"):
-        path = str(Path(path).resolve())
     task = recipe("arithmetic", n_train=a.steps * a.batch, seed=a.seed)
     clock = WallClock()
     torch.manual_seed(a.seed)
     start = time.perf_counter()
-    trainer, model = (build_with_kit if a.via == "kit" else build_by_hand)(a, path, task, clock)
+    trainer = (build_with_kit if a.via == "kit" else build_by_hand)(a, path, task, clock)
     built = time.perf_counter()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
