@@ -7,10 +7,16 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 # torch first and pinned: 2.13.0 is the CPU wheel here; a bare `torch` would pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 # Unsloth without its GPU dependencies, so its CPU fallback runs in CI (shared facts: these import on CPU).
+# Not torchao: Unsloth's CPU fallback runs without it, and once installed transformers and PEFT import it
+# in every process, which prints a dozen CUDA-library and pytree warnings on a CPU.
 UNSLOTH_NODEPS := unsloth==2026.10.9 unsloth_zoo==2026.10.9
 UNSLOTH_EXTRAS := tyro msgspec cut-cross-entropy hf_transfer sentencepiece protobuf structlog json5 nest-asyncio \
-                  diffusers torchao==0.18.0
+                  diffusers
 STAMP := $(VENV)/.installed
+# Chromium for the browser test (tests/test_browser.py): Debian's package, which Playwright (pinned in the
+# `browser` extra) launches by path; `playwright install` would download a browser from a host CI cannot reach.
+# Installed only when missing (CI runs as root); point CHROMIUM at another build to use that one.
+CHROMIUM ?= /usr/lib/chromium/chromium
 export TQDM_DISABLE ?= 1
 export HF_DATASETS_DISABLE_PROGRESS_BARS ?= 1
 
@@ -22,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[dev]"
+	$(PIP) -e ".[dev,browser]"
 	$(PIP) --no-deps $(UNSLOTH_NODEPS)
 	$(PIP) $(UNSLOTH_EXTRAS) "$(TORCH)"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
@@ -31,8 +37,12 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/rloo-kit demo
 
-test: setup
-	RLOO_KIT_REQUIRE_UNSLOTH=1 $(PY) -m pytest
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+
+# Everything, the browser test included: the REQUIRE variables make a missing Unsloth or browser fail, not skip.
+test: setup $(CHROMIUM)
+	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
 
 lint: setup
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks

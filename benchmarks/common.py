@@ -8,7 +8,6 @@ import platform
 import statistics
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,14 +17,10 @@ WORKER = Path(__file__).parent / "rloo_run.py"
 
 def stamp() -> dict:
     import rloo_kit
+    from rloo_kit.hardware import package_versions
 
     hw = rloo_kit.detect_hardware()
-    versions = {}
-    for pkg in ("torch", "transformers", "trl", "peft", "bitsandbytes", "unsloth"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
+    versions = package_versions()
     script = Path(sys.argv[0]).resolve().relative_to(REPO)
     return {"command": " ".join([".venv/bin/python", str(script), *sys.argv[1:]]),
             "device": f"{hw.device} ({hw.name})", "cpu_count": hw.cpu_count,

@@ -1,5 +1,5 @@
 """Does RLOO learn on this machine? Held-out greedy accuracy of the default model on the arithmetic
-recipe, before training and at several step counts, with the reward/KL curves.
+task, before training and at several step counts, with the reward/KL curves.
 
     .venv/bin/python benchmarks/learning.py [--steps 10 20 40] [--model smollm2-135m]
 
@@ -17,8 +17,6 @@ from transformers import TrainerCallback
 
 import rloo_kit
 from rloo_kit import plots
-from rloo_kit.evaluation import evaluate
-from rloo_kit.recipes import recipe
 
 
 class EvalAt(TrainerCallback):
@@ -30,8 +28,7 @@ class EvalAt(TrainerCallback):
 
     def measure(self, step: int, train_seconds: float) -> None:
         t = time.time()
-        report = evaluate(self.model, self.tok, self.task.test, match=self.task.match,
-                          max_new_tokens=self.task.max_new_tokens)
+        report = self.task.evaluate(self.model, self.tok)
         self.eval_seconds += time.time() - t
         self.rows.append({"step": step, "accuracy": report.accuracy, "mean_length": report.mean_length,
                           "train_minutes": round(train_seconds / 60, 2)})
@@ -51,14 +48,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, nargs="+", default=[10, 20, 40])
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    task = recipe("arithmetic", seed=args.seed)
+    task = rloo_kit.load_task("arithmetic", seed=args.seed)
     model, tok = rloo_kit.load_model(args.model, preset="cpu")
     model = rloo_kit.attach_lora(model, preset="cpu", seed=args.seed)
     probe = EvalAt(model, tok, task, args.steps)
     probe.measure(0, 0.0)
-    trainer = rloo_kit.build_trainer(model, tok, task.train, task.reward_funcs, preset="cpu",
-                                     output_dir="runs/bench-learning", max_steps=max(args.steps),
-                                     reward_weights=task.reward_weights, save_strategy="no", disable_tqdm=True,
+    trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir="runs/bench-learning",
+                                     max_steps=max(args.steps), save_strategy="no", disable_tqdm=True,
                                      seed=args.seed, callbacks=[probe])
     rloo_kit.train(trainer)
     result = {**stamp(), "model": args.model, "preset": "cpu", "accuracy": probe.rows,

@@ -31,7 +31,7 @@ def main() -> None:
             print(via, runs[via][-1]["median_step_seconds"], runs[via][-1]["peak_rss_gb"], flush=True)
     step = {via: median([s for run in rs for s in run["step_seconds"][1:]]) for via, rs in runs.items()}
     rss = {via: max(run["peak_rss_gb"] for run in rs) for via, rs in runs.items()}
-    same_rewards = all(k["rewards"] == t["rewards"] for k, t in zip(runs["kit"], runs["trl"]))
+    same_rewards = all(k["rewards"] == t["rewards"] for k, t in zip(runs["kit"], runs["trl"], strict=True))
     ratio = step["kit"] / step["trl"]
     result = {**stamp(), "settings": vars(args), "median_step_seconds": step, "peak_rss_gb": rss,
               "step_time_ratio_kit_over_trl": round(ratio, 4), "goal": "<= 1.05", "met": ratio <= 1.05,

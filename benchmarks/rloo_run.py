@@ -23,9 +23,10 @@ from transformers import TrainerCallback
 
 import rloo_kit
 from rloo_kit.compat import patch_trl_for_cpu
-from rloo_kit.models import ALIASES, fetch_model
-from rloo_kit.presets import LORA_ALL_LINEAR, ModelShape, estimate_memory, get_preset
-from rloo_kit.recipes import recipe
+from rloo_kit.memory import ModelShape, estimate_memory
+from rloo_kit.presets import LORA_ALL_LINEAR, get_preset
+from rloo_kit.sources import ALIASES, fetch_model
+from rloo_kit.tasks import load_task
 from rloo_kit.testing import build_tiny_model
 
 MODELS_DIR = Path("runs/bench-models")
@@ -73,7 +74,7 @@ class WallClock(TrainerCallback):
 
     @property
     def step_seconds(self) -> list[float]:
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:], strict=False)]
 
 
 def settings(a) -> dict:
@@ -88,8 +89,7 @@ def build_with_kit(a, path, task, clock):
     model, tok = rloo_kit.load_model(path, preset=a.preset, backend=a.backend, load_in_4bit=a.load_in_4bit,
                                      max_seq_length=a.max_seq_length)
     model = rloo_kit.attach_lora(model, preset=a.preset, r=a.lora_r, alpha=2 * a.lora_r, seed=a.seed)
-    trainer = rloo_kit.build_trainer(model, tok, task.train, task.reward_funcs, preset=a.preset,
-                                     output_dir=a.output_dir, reward_weights=task.reward_weights,
+    trainer = rloo_kit.build_trainer(model, tok, task, preset=a.preset, output_dir=a.output_dir,
                                      callbacks=[clock], **settings(a))
     return trainer
 
@@ -104,10 +104,10 @@ def build_by_hand(a, path, task, clock):
     tok.pad_token = tok.pad_token or tok.eos_token
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    config = RLOOConfig(output_dir=a.output_dir, reward_weights=task.reward_weights, **settings(a))
+    config = RLOOConfig(output_dir=a.output_dir, reward_weights=list(task.reward_weights), **settings(a))
     lora = LoraConfig(r=a.lora_r, lora_alpha=2 * a.lora_r, target_modules=list(LORA_ALL_LINEAR), lora_dropout=0.0,
                       task_type="CAUSAL_LM")
-    trainer = RLOOTrainer(model=model, reward_funcs=task.reward_funcs, args=config, train_dataset=task.train,
+    trainer = RLOOTrainer(model=model, reward_funcs=list(task.reward_funcs), args=config, train_dataset=task.train,
                           processing_class=tok, peft_config=lora, callbacks=[clock])
     return trainer
 
@@ -140,7 +140,7 @@ def main() -> None:
     a = ap.parse_args()
 
     path = model_path(a.model)
-    task = recipe("arithmetic", n_train=a.steps * a.batch, seed=a.seed)
+    task = load_task("arithmetic", n_train=a.steps * a.batch, seed=a.seed)
     clock = WallClock()
     torch.manual_seed(a.seed)
     start = time.perf_counter()

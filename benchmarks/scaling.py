@@ -47,8 +47,8 @@ def main() -> None:
     for c in cells:
         c["estimate_error"] = round(c["estimate_gb"] / c["peak_rss_gb"] - 1, 3)
     result = {**stamp(), "settings": vars(args), "cells": cells,
-              "step_seconds_vs_completion_tokens": dict(zip(("slope", "intercept", "r2"), step_fit)),
-              "peak_gb_vs_completion_tokens": dict(zip(("slope", "intercept", "r2"), mem_fit)),
+              "step_seconds_vs_completion_tokens": dict(zip(("slope", "intercept", "r2"), step_fit, strict=True)),
+              "peak_gb_vs_completion_tokens": dict(zip(("slope", "intercept", "r2"), mem_fit, strict=True)),
               "estimate_within_25pct": all(abs(c["estimate_error"]) <= 0.25 for c in cells)}
     table = ["| generations | completion length | completions/step | median step (s) | peak RSS (GiB) | estimate (GiB) "
              "| estimate error |", "|---|---|---|---|---|---|---|"]

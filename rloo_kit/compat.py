@@ -2,16 +2,27 @@
 
 TRL 1.15's RLOOTrainer computes per-token log-probabilities through a Triton kernel
 (`trl.kernels.ChunkedLogProbFunction`) on every device. Triton has no CPU driver, so on a CPU
-(or without Triton installed) the first training step fails. The fallback below computes the
-same quantities with plain PyTorch and lets autograd derive the backward; CUDA keeps TRL's kernel.
+(or without Triton installed) the first training step fails. `TorchChunkedLogProb` computes the
+same quantities with plain PyTorch; CUDA keeps TRL's kernel. Like TRL's kernel it projects in the
+hidden states' dtype (bf16 when the base model is bf16), reduces over the vocabulary in fp32, keeps
+only per-token statistics for backward and recomputes the logits there, so neither the weight nor
+the (tokens x vocabulary) logits are copied to fp32 for autograd to hold.
+
+`reuse_policy_forward(trainer)` removes work TRL does twice on every step: with one optimisation
+pass per generation (`num_iterations=1`), the "old" log-probabilities that TRL computes without
+gradients for the KL penalty are the very values the loss's forward recomputes a moment later.
+The policy's forward then runs once, with gradients, and the loss reuses it.
 """
 
 from __future__ import annotations
 
+import types
+
 import torch
 import trl.trainer.utils as trl_utils
 
-_TOKEN_CHUNK = 1024
+_TOKEN_CHUNK = 512  # tokens per projection: a (512 x 49k) fp32 tile is ~100 MB for SmolLM2's vocabulary
+_LEGACY = False  # benchmarks/cpu_speed.py: True restores the fp32, autograd-through-log_softmax path of 0.1
 
 
 class TorchChunkedLogProb:
@@ -25,14 +36,126 @@ class TorchChunkedLogProb:
         if cls.cuda_kernel is not None and hidden.device.type in ("cuda", "xpu"):
             return cls.cuda_kernel.apply(hidden, weight, bias, targets, temperature, chunk_size, softcap,
                                          logit_scale, outputs)
-        pieces = [_token_chunk(hidden[i:i + _TOKEN_CHUNK], weight, bias, targets[i:i + _TOKEN_CHUNK],
-                               temperature, softcap, logit_scale, outputs)
-                  for i in range(0, hidden.shape[0], _TOKEN_CHUNK)] or [
-            _token_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs)]
-        return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*pieces))
+        if _LEGACY:
+            return _legacy_apply(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs)
+        return _ChunkedLogProb.apply(hidden, weight, bias, targets, temperature, softcap, logit_scale,
+                                     tuple(outputs))
 
 
-def _token_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs):
+def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    kind = hidden.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
+
+
+def _logits(hidden, weight, bias, temperature, softcap, logit_scale, dtype):
+    """fp32 logits of one token chunk, projected in `dtype`; also d(logits)/d(raw projection) when softcapped."""
+    w = weight if weight.dtype == dtype else weight.to(dtype)
+    z = torch.nn.functional.linear(hidden.to(dtype), w, None if bias is None else bias.to(dtype)).float()
+    if logit_scale != 1.0:
+        z.mul_(logit_scale)
+    dcap = None
+    if softcap is not None:
+        t = torch.tanh(z / softcap)
+        dcap = 1 - t * t
+        z = t.mul_(softcap)
+    if temperature != 1.0:
+        z.div_(temperature)
+    return z, dcap
+
+
+class _ChunkedLogProb(torch.autograd.Function):
+    """Per-token log p(target), entropy and the no-grad statistics of TRL's kernel, by token chunks.
+
+    Forward keeps per-token log-normalisers and entropies only; backward recomputes each chunk's logits
+    and turns them into the gradient in place: d logp_t/dz = onehot(t) - p, dH/dz = -p (log p + H).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs):
+        ctx.set_materialize_grads(False)
+        dtype = _compute_dtype(hidden)
+        n = hidden.shape[0]
+        f32 = dict(device=hidden.device, dtype=torch.float32)
+        logprobs, log_z = torch.empty(n, **f32), torch.empty(n, **f32)
+        entropy = torch.empty(n, **f32) if "entropy" in outputs else None
+        log_sum_sq = torch.empty(n, **f32) if "log_sum_sq_probs" in outputs else None
+        mean_logits = torch.empty(n, **f32) if "mean_logits" in outputs else None
+        is_top1 = torch.empty(n, device=hidden.device, dtype=torch.bool) if "is_top1" in outputs else None
+        for i in range(0, n, _TOKEN_CHUNK):
+            j = min(i + _TOKEN_CHUNK, n)
+            z, _ = _logits(hidden[i:j], weight, bias, temperature, softcap, logit_scale, dtype)
+            lz = torch.logsumexp(z, dim=-1)
+            log_z[i:j] = lz
+            logprobs[i:j] = z.gather(-1, targets[i:j].unsqueeze(-1)).squeeze(-1) - lz
+            if mean_logits is not None:
+                mean_logits[i:j] = z.mean(-1)
+            if is_top1 is not None:
+                is_top1[i:j] = z.argmax(-1) == targets[i:j]
+            if entropy is not None or log_sum_sq is not None:
+                logp = z.sub_(lz.unsqueeze(-1))  # z is not needed any more: log p in place
+                if log_sum_sq is not None:
+                    log_sum_sq[i:j] = torch.logsumexp(2 * logp, dim=-1)
+                if entropy is not None:
+                    entropy[i:j] = -(logp.exp() * logp).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, log_z, log_z if entropy is None else entropy)
+        ctx.has_entropy = entropy is not None
+        ctx.args = (temperature, softcap, logit_scale, dtype)
+        ctx.mark_non_differentiable(*(x for x in (log_sum_sq, mean_logits, is_top1) if x is not None))
+        return logprobs, entropy, log_sum_sq, mean_logits, is_top1
+
+    @staticmethod
+    def backward(ctx, grad_logprobs, grad_entropy, *_):
+        hidden, weight, bias, targets, log_z, entropy = ctx.saved_tensors
+        temperature, softcap, logit_scale, dtype = ctx.args
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_entropy = grad_entropy if ctx.has_entropy else None
+        grad_h = torch.zeros(hidden.shape, device=hidden.device, dtype=torch.float32) if need_h else None
+        grad_w = torch.zeros(weight.shape, device=weight.device, dtype=torch.float32) if need_w else None
+        grad_b = torch.zeros(bias.shape, device=bias.device, dtype=torch.float32) if need_b else None
+        if grad_logprobs is None and grad_entropy is None:
+            return (None,) * 8
+        w = weight if weight.dtype == dtype else weight.to(dtype)
+        for i in range(0, hidden.shape[0], _TOKEN_CHUNK):
+            j = min(i + _TOKEN_CHUNK, hidden.shape[0])
+            z, dcap = _logits(hidden[i:j], weight, bias, temperature, softcap, logit_scale, dtype)
+            logp = z.sub_(log_z[i:j].unsqueeze(-1))
+            p = logp.exp()
+            if grad_entropy is not None:  # g_H * (-p (log p + H))
+                g = logp.add_(entropy[i:j].unsqueeze(-1)).mul_(p).mul_(-grad_entropy[i:j].float().unsqueeze(-1))
+            else:
+                g = logp.zero_()
+            if grad_logprobs is not None:  # g_lp * (onehot - p)
+                glp = grad_logprobs[i:j].float().unsqueeze(-1)
+                g.sub_(p.mul_(glp))
+                g.scatter_add_(-1, targets[i:j].unsqueeze(-1), glp)
+            if temperature != 1.0:
+                g.div_(temperature)
+            if dcap is not None:
+                g.mul_(dcap)
+            if logit_scale != 1.0:
+                g.mul_(logit_scale)
+            gd = g.to(dtype)  # one rounding per chunk; each product below sums over the whole vocabulary
+            if grad_h is not None:
+                grad_h[i:j] += gd @ w
+            if grad_w is not None:
+                grad_w += gd.t() @ hidden[i:j].to(dtype)
+            if grad_b is not None:
+                grad_b += g.sum(0)
+        return (None if grad_h is None else grad_h.to(hidden.dtype),
+                None if grad_w is None else grad_w.to(weight.dtype),
+                None if grad_b is None else grad_b.to(bias.dtype), None, None, None, None, None)
+
+
+def _legacy_apply(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs):
+    """The 0.1 path, kept for side-by-side benchmarks: fp32 logits through autograd, 1024 tokens at a time."""
+    chunk = 1024
+    pieces = [_legacy_chunk(hidden[i:i + chunk], weight, bias, targets[i:i + chunk], temperature, softcap,
+                            logit_scale, outputs) for i in range(0, hidden.shape[0], chunk)] or [
+        _legacy_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs)]
+    return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*pieces, strict=True))
+
+
+def _legacy_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs):
     z = torch.nn.functional.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
     z = z * logit_scale
     if softcap is not None:
@@ -51,3 +174,72 @@ def _token_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scal
 def patch_trl_for_cpu() -> None:
     """Route TRL's fused LM head through `TorchChunkedLogProb` (idempotent)."""
     trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+
+
+def reuse_policy_forward(trainer) -> bool:
+    """Let TRL's scoring pass double as the loss's forward, where that changes nothing but the time.
+
+    With `num_iterations=1`, one micro-batch per generation (`steps_per_generation=1`), no gradient
+    checkpointing and a CPU, TRL runs the policy twice on the same tokens with the same weights: once
+    without gradients for the "old" log-probabilities (KL penalty, importance ratio), once with them in
+    the loss. Here the first pass keeps its graph and the second returns it: same log-probabilities, the
+    ratio exactly 1 as it is mathematically, one forward fewer. Returns whether it was installed."""
+    args = trainer.args
+    if (getattr(args, "num_iterations", 1) != 1 or (getattr(args, "steps_per_generation", None) or 1) != 1
+            or args.gradient_checkpointing or trainer.accelerator.device.type != "cpu"
+            or getattr(trainer, "use_vllm", False) or getattr(trainer, "_rloo_kit_reuse", False)):
+        return False
+    compute = trainer._get_per_token_logps_and_entropies  # the bound method, possibly already wrapped
+    kept: dict = {}
+
+    def per_token_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                        compute_entropy=False, compute_aux_loss=False, **kwargs):
+        policy = model is self.model and self.model.training and _adapters_on(model)
+        if policy and not torch.is_grad_enabled() and kwargs.get("pixel_values") is None:
+            with torch.enable_grad():  # the scoring pass: keep the graph for the loss
+                out = compute(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=True,
+                              compute_aux_loss=getattr(self, "aux_loss_enabled", False), **kwargs)
+            kept.clear()
+            kept.update(ids=input_ids, mask=attention_mask, keep=logits_to_keep, out=out)
+            return out[0].detach(), (out[1].detach() if compute_entropy else None), None
+        order = _rows_in(kept, input_ids, attention_mask, logits_to_keep) if policy and kept else None
+        if order is not None and torch.is_grad_enabled():  # the loss: TRL shuffled the rows, the graph follows
+            logps, entropies, aux = kept.pop("out")
+            kept.clear()
+            return logps[order], (entropies[order] if compute_entropy else None), (aux if compute_aux_loss else None)
+        if policy:  # anything else on the policy (a changed batch) drops a stale graph and runs as TRL would
+            kept.clear()
+        return compute(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=compute_entropy,
+                       compute_aux_loss=compute_aux_loss, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = types.MethodType(per_token_logps, trainer)
+    trainer._rloo_kit_reuse = True
+    return True
+
+
+def _rows_in(kept: dict, input_ids, attention_mask, logits_to_keep) -> torch.Tensor | None:
+    """Where each row of (input_ids, attention_mask) sits in the kept batch, or None when the batch differs.
+    Identical rows (the same completion twice) have identical log-probabilities, so any match will do."""
+    ids, mask = kept["ids"], kept["mask"]
+    if kept["keep"] != logits_to_keep or ids.shape != input_ids.shape or mask.shape != attention_mask.shape:
+        return None
+    where: dict[bytes, list[int]] = {}
+    for i, (r, m) in enumerate(zip(ids.cpu(), mask.cpu(), strict=True)):
+        where.setdefault(r.numpy().tobytes() + m.numpy().tobytes(), []).append(i)
+    order = []
+    for r, m in zip(input_ids.cpu(), attention_mask.cpu(), strict=True):
+        slots = where.get(r.numpy().tobytes() + m.numpy().tobytes())
+        if not slots:
+            return None
+        order.append(slots.pop())
+    return torch.tensor(order, device=input_ids.device)
+
+
+def _adapters_on(model) -> bool:
+    """True unless a PEFT model's adapters are switched off or a reference adapter ('ref') is active."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
+    if layer is None:
+        return True
+    return not layer.disable_adapters and "ref" not in layer.active_adapters

@@ -80,18 +80,23 @@ def load_gsm8k(path_or_id: str = "openai/gsm8k", split: str = "train", *,
 def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str | None = None,
                system_prompt: str | None = None, split: str = "train") -> Dataset:
     """Any local jsonl/json/csv/parquet. `prompt_column` (text or chat messages) becomes `prompt`;
-    `answer_column`, if given, becomes `answer`. Other columns are kept for rewards to read."""
+    `answer_column`, if given, becomes `answer`: a string, or a list of accepted strings. Other
+    columns are kept for rewards to read."""
     raw = _read(path, split)
+    if len(raw) == 0:
+        raise DataError(f"'{path}' has no rows. Each line (row) needs a '{prompt_column}' and, for accuracy and "
+                        f"the answer reward, an '{answer_column or 'answer'}'.")
     for col in filter(None, (prompt_column, answer_column)):
         if col not in raw.column_names:
-            raise DataError(f"'{path}' has no column '{col}'. Its columns: {raw.column_names}. "
-                            "Pass prompt_column=/answer_column= to map yours.")
+            raise DataError(f"'{path}' has no column '{col}'. Its columns: {raw.column_names}. Map yours with "
+                            "prompt_column=/answer_column= (--prompt-column/--answer-column on the command line).")
 
     def convert(r: dict) -> dict:
         p = r[prompt_column]
         out = {"prompt": chat_prompt(p, system_prompt) if isinstance(p, str) else p}
         if answer_column:
-            out["answer"] = str(r[answer_column])
+            a = r[answer_column]
+            out["answer"] = [str(x) for x in a] if isinstance(a, (list, tuple)) else str(a)
         return out
 
     drop = [c for c in (prompt_column, answer_column) if c and c not in ("prompt", "answer")]
@@ -104,7 +109,14 @@ def _read(path_or_id: str, split: str, hub_config: str | None = None) -> Dataset
         kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
         if kind is None:
             raise DataError(f"Cannot read '{path}': use a .jsonl, .json, .csv or .parquet file.")
-        return load_dataset(kind, data_files=str(path), split="train")
+        if path.stat().st_size == 0:
+            raise DataError(f"'{path}' is empty. Each line (row) needs a prompt and an answer, e.g. "
+                            '{"prompt": "What is the opposite of hot?", "answer": "cold"}.')
+        try:
+            return load_dataset(kind, data_files=str(path), split="train")
+        except Exception as e:  # datasets raises several types for a malformed file
+            raise DataError(f"Cannot read '{path}' as {kind} ({type(e).__name__}: {str(e)[:300]}). Check that "
+                            "every row has the same columns, with the same kind of value in each.") from e
     try:
         return load_dataset(path_or_id, hub_config, split=split)
     except Exception as e:  # datasets raises several types for "not found" and "offline"

@@ -72,7 +72,7 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     spread = _series(history, "reward_std")[-t.window:]
     if len(rewards) >= t.window:
         scale = max(abs(statistics.fmean(rewards)), statistics.fmean(spread) if spread else 0.0, 1e-3)
-        noise = statistics.median(abs(b - a) for a, b in zip(rewards, rewards[1:])) / scale
+        noise = statistics.median(abs(b - a) for a, b in zip(rewards, rewards[1:], strict=False)) / scale
         if noise > t.reward_noise:
             found["high_variance"] = {"reward_noise": round(noise, 3)}
     grads = _series(history, "grad_norm")
@@ -183,11 +183,15 @@ class HealthMonitor(TrainerCallback):
         self.history, self.diagnoses, self.stopped_by = [], [], None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        # Under `accelerate launch` every process sees the same metrics (TRL gathers them across processes)
+        # and so takes the same stop decision; only the main process reports.
+        report = getattr(state, "is_world_process_zero", True)  # True outside a Trainer, e.g. a replay
         for d in self.observe(logs or {}, state.global_step, args):
-            if self.verbose:
+            if self.verbose and report:
                 log.warning("Health monitor: %s", d)
             if d.kind in self.stop_on and self.stopped_by is None:
                 self.stopped_by = d
                 control.should_training_stop = True
-                log.warning("Health monitor: stopping training on %s (stop_on); the adapter is kept.", d.kind)
+                if report:
+                    log.warning("Health monitor: stopping training on %s (stop_on); the adapter is kept.", d.kind)
         return control

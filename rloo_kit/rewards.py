@@ -65,40 +65,95 @@ def extract_answer(text: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
+_ARTICLES = re.compile(r"^(?:the|a|an)\s+")
+_EDGE_PUNCTUATION = " \t\n.,;:!?\"'`*()[]{}<>«»“”‘’"
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, surrounding punctuation and quotes stripped, a leading article dropped, spaces collapsed:
+    'The Cold.' -> 'cold'."""
+    text = " ".join(str(text).lower().split()).strip(_EDGE_PUNCTUATION)
+    return _ARTICLES.sub("", text).strip(_EDGE_PUNCTUATION)
+
+
 def answers_match(predicted: str | None, gold: str) -> bool:
-    """Numeric comparison when both are numbers (18 == 18.00, 1,000 == 1000), else exact text."""
+    """Numeric comparison when both are numbers (18 == 18.00, 1,000 == 1000), else normalized text
+    ('The cold.' == 'cold')."""
+    if predicted is None:
+        return False
     p, g = parse_number(predicted), parse_number(gold)
     if p is not None and g is not None:
         return math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-6)
-    return predicted is not None and predicted.strip() == str(gold).strip()
+    return normalize_text(predicted) == normalize_text(gold)
+
+
+def accepted_answers(gold) -> list[str]:
+    """An `answer` cell as the list of accepted answers: a string is one; a list (or tuple) is several."""
+    if isinstance(gold, (list, tuple)):
+        return [str(g) for g in gold]
+    return [str(gold)]
 
 
 def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
-    """1.0 when the completion's final answer equals the `answer` column, else 0.0."""
-    return [float(is_correct(c, str(a))) for c, a in zip(completions, answer)]
+    """1.0 when the completion's final answer matches the `answer` column (see `is_correct`), else 0.0.
+
+    >>> correct_answer(["q", "q"], ["So 3 + 4 = 7.", "The opposite of hot is Cold."], answer=["7", "cold"])
+    [1.0, 1.0]
+    """
+    return [float(is_correct(c, a)) for c, a in zip(completions, answer, strict=True)]
 
 
 def exact_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
-    """1.0 when the whole reply is the answer and nothing else (whitespace and a final period
-    ignored, numbers compared numerically): for tasks that ask for "just the number"."""
-    return [float(_is_exact(completion_text(c), str(a))) for c, a in zip(completions, answer)]
+    """1.0 when the whole reply is the answer and nothing else (case, whitespace, surrounding
+    punctuation and a leading article ignored; numbers compared numerically): for tasks that ask
+    for "just the answer".
+
+    >>> exact_answer(["q", "q"], ["7.", "It is 7."], answer=["7", "7"])
+    [1.0, 0.0]
+    """
+    return [float(is_correct(c, a, match="exact")) for c, a in zip(completions, answer, strict=True)]
 
 
-def _is_exact(text: str, gold: str) -> bool:
-    reply = text.strip().rstrip(".").strip()
-    return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold) if parse_number(gold) is not None \
-        else reply == gold.strip()
+def is_correct(completion, gold, match: str = "final") -> bool:
+    """One completion against its gold answer (a string, or a list of accepted strings).
 
-
-def is_correct(completion, gold: str, match: str = "final") -> bool:
-    """One completion against its gold answer: match="final" reads the final answer out of the text
-    (as correct_answer does); match="exact" wants the reply to be the answer alone."""
+    Numbers (gold parses as one): match="final" compares the final number of the reply (see
+    `extract_answer`), numerically.
+    Text: both sides normalized (`normalize_text`). match="final" looks for the gold answer, as whole
+    words, in the reply's explicit answer ('answer: ...', '<answer>', '####', boxed) or else in its
+    last sentence: 'The opposite of hot is cold.' is right for 'cold'.
+    match="exact" wants the reply to be the answer alone, in both cases.
+    """
+    if match not in ("final", "exact"):
+        raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
     text = completion_text(completion)
+    return any(_matches(text, g, match) for g in accepted_answers(gold))
+
+
+def _matches(text: str, gold: str, match: str) -> bool:
+    numeric = parse_number(gold) is not None
     if match == "exact":
-        return _is_exact(text, gold)
-    if match == "final":
+        reply = text.strip().rstrip(".").strip()
+        if numeric:
+            return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold)
+        return normalize_text(reply) == normalize_text(gold)
+    if numeric:
         return answers_match(extract_answer(text), gold)
-    raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
+    wanted = normalize_text(gold)
+    return bool(wanted) and re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", _answer_span(text)) is not None
+
+
+def _answer_span(text: str) -> str:
+    """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
+    for pattern in _ANSWER_PATTERNS[:3]:  # ####, boxed, <answer>
+        found = pattern.findall(text)
+        if found:
+            return normalize_text(found[-1])
+    marked = re.findall(r"answer(?: is)?\s*:?\s*(.+)", text, re.I)
+    if marked:
+        return normalize_text(marked[-1])
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.strip()) if normalize_text(s)]
+    return normalize_text(sentences[-1]) if sentences else ""
 
 
 def tag_format(tags: Sequence[str] = ("think", "answer")) -> RewardFunc:
@@ -128,7 +183,7 @@ def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_m
     import torch
 
     def score(prompts: list, completions: list, **kwargs) -> list[float]:
-        texts = [_as_text(tokenizer, p, c) for p, c in zip(prompts, completions)]
+        texts = [_as_text(tokenizer, p, c) for p, c in zip(prompts, completions, strict=True)]
         out: list[float] = []
         for i in range(0, len(texts), batch_size):
             enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True)
@@ -139,6 +194,22 @@ def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_m
 
     score.__name__ = name
     return score
+
+
+def load_reward_model(name: str, *, batch_size: int = 8) -> RewardFunc:
+    """A reward model's hub id or directory, loaded as TRL would (sequence classification, one label)
+    and wrapped with `reward_model`."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    name = _check_reward_model_id(name)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(name, num_labels=1, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except OSError as e:
+        raise RewardError(f"Cannot load the reward model '{name}': {e}") from e
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return reward_model(model.eval(), tokenizer, batch_size=batch_size, name=name.rstrip("/").split("/")[-1])
 
 
 def _as_text(tokenizer, prompt, completion) -> str:
@@ -156,7 +227,7 @@ def combine(*weighted: tuple[RewardFunc, float], name: str = "combined") -> Rewa
     def combined(prompts: list, completions: list, **kwargs) -> list[float | None]:
         parts = [[None if v is None else w * v for v in fn(prompts=prompts, completions=completions, **kwargs)]
                  for fn, w in weighted]
-        return [None if None in vals else sum(vals) for vals in zip(*parts)]
+        return [None if None in vals else sum(vals) for vals in zip(*parts, strict=True)]
 
     combined.__name__ = name
     combined.required_columns = set().union(*(required_columns(fn) for fn, _ in weighted))
@@ -175,14 +246,53 @@ def required_columns(fn: RewardFunc) -> set[str]:
             and p.default is p.empty and p.name not in _TRL_ARGS}
 
 
-def safe(fn: RewardFunc, *, strict: bool = False) -> RewardFunc:
-    """Guard a reward function so that one bad sample cannot kill a run.
+UNSCORED_PATIENCE = 3  # batches in a row in which a reward scores no sample before the run stops
+
+
+def guard(reward_funcs, *, strict: bool = False, patience: int = UNSCORED_PATIENCE) -> list:
+    """The reward functions as training and the pre-flight call them: each callable wrapped in `safe`;
+    a sequence-classification model as it is; a string (a reward model's hub id or directory) passed
+    on to TRL, which loads it, after checking it can be loaded from here."""
+    funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    if not funcs:
+        raise RewardError("No reward function given: pass at least one, e.g. rloo_kit.rewards.correct_answer.")
+    return [_check_reward_model_id(f) if isinstance(f, str) else f if _is_module(f)
+            else safe(f, strict=strict, patience=patience) for f in funcs]
+
+
+def _is_module(f) -> bool:
+    import torch
+
+    return isinstance(f, torch.nn.Module)
+
+
+def _check_reward_model_id(name: str) -> str:
+    from pathlib import Path
+
+    from .hardware import hub_reachable
+
+    if Path(name).expanduser().is_dir():
+        return name
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        raise RewardError(f"Reward '{name}' is a string but neither a reward model directory nor a hub id "
+                          "(org/name). Pass a function, or load a model with rewards.reward_model(model, tokenizer).")
+    if not hub_reachable():
+        raise RewardError(f"Reward '{name}' is a hub id string, which TRL loads as a reward model, but the Hugging "
+                          "Face hub is not reachable from here. Download it elsewhere and pass its directory, or load "
+                          "it yourself and wrap it: rewards.reward_model(model, tokenizer).")
+    return name
+
+
+def safe(fn: RewardFunc, *, strict: bool = False, patience: int = UNSCORED_PATIENCE) -> RewardFunc:
+    """Guard a reward function so that one bad sample cannot kill a run, and a broken one cannot
+    waste it.
 
     An exception, a NaN/inf or a non-number for one sample gives None for that sample (TRL then
-    leaves it out of the baseline) and a counted warning; `wrapper.failures` keeps the totals.
-    When the whole batch raises, the samples are retried one by one to find the culprits.
-    A result of the wrong length is always an error: it is a bug, not a bad sample.
-    With strict=True, any failure raises RewardError instead.
+    leaves it out of the baseline) and a counted warning; `wrapper.failures` keeps the totals by
+    cause ('raised ValueError', 'returned str', 'NaN/inf'). When the whole batch raises, the samples
+    are retried one by one to find the culprits. A result of the wrong length is always an error:
+    it is a bug, not a bad sample. A reward that scores no sample for `patience` batches in a row
+    raises RewardError naming the cause. With strict=True, any failure raises RewardError at once.
     """
     if getattr(fn, "_rloo_kit_safe", False):
         return fn
@@ -202,29 +312,55 @@ def safe(fn: RewardFunc, *, strict: bool = False) -> RewardFunc:
         bad = Counter()
         clean = []
         for v in values:
-            if v is _FAILED:
-                bad["raised"] += 1
-                v = None
-            elif v is not None and not _is_number(v):
-                bad["not a number" if not isinstance(v, numbers.Real) else "NaN/inf"] += 1
-                v = None
-            clean.append(None if v is None else float(v))
+            cause = unusable(v)
+            if cause:
+                bad[cause] += 1
+            clean.append(None if cause or v is None else float(v))
         if bad:
             wrapper.failures.update(bad)
-            detail = ", ".join(f"{k}: {c}" for k, c in bad.items())
             if strict:
-                raise RewardError(f"Reward '{name}' gave unusable values ({detail}) in a batch of {n}.")
+                raise RewardError(f"Reward '{name}' gave unusable values ({describe(bad)}) in a batch of {n}.")
             log.warning("Reward '%s': %d of %d samples unscored this batch (%s); %d so far. They count as "
-                        "'no score', not zero.", name, sum(bad.values()), n, detail, sum(wrapper.failures.values()))
+                        "'no score', not zero.", name, sum(bad.values()), n, describe(bad),
+                        sum(wrapper.failures.values()))
+        wrapper.unscored_batches = wrapper.unscored_batches + 1 if all(v is None for v in clean) else 0
+        if wrapper.unscored_batches >= patience:
+            raise RewardError(scores_nothing(name, bad or Counter({"returned None": n}), wrapper.unscored_batches))
         return clean
 
     wrapper.failures = Counter()
+    wrapper.unscored_batches = 0
     wrapper._rloo_kit_safe = True
     wrapper.required_columns = required_columns(fn)
     return wrapper
 
 
-_FAILED = object()
+def unusable(value) -> str | None:
+    """Why one reward value cannot be used ('raised ValueError', 'returned str', 'NaN/inf'), or None if it can."""
+    if isinstance(value, _Failed):
+        return f"raised {value.error}"
+    if value is None or _is_number(value):
+        return None
+    return "NaN/inf" if isinstance(value, numbers.Real) else f"returned {type(value).__name__}"
+
+
+def describe(causes: Counter) -> str:
+    return ", ".join(f"{k}: {c}" for k, c in causes.most_common())
+
+
+def scores_nothing(name: str, causes: Counter, batches: int = 1) -> str:
+    """The message for a reward that scored no sample: what it did, and what a reward must return."""
+    fix = ("It must return one float (or None) per completion: convert with float(...)"
+           if any(c.startswith("returned") and c != "returned None" for c in causes) else
+           "Run it on a few completions by hand to see why it fails" if any(c.startswith("raised") for c in causes)
+           else "None means 'no score'; a reward that never scores gives nothing to learn from")
+    where = f"the last {batches} batches" if batches > 1 else "this batch"
+    return f"Reward '{name}' scored no sample in {where} ({describe(causes)}). {fix}."
+
+
+class _Failed:
+    def __init__(self, error: Exception):
+        self.error = type(error).__name__
 
 
 def _one(fn, name, prompts, completions, kwargs, i):
@@ -233,8 +369,8 @@ def _one(fn, name, prompts, completions, kwargs, i):
         return _check_length(name, fn(prompts=prompts[i:i + 1], completions=completions[i:i + 1], **one), 1)[0]
     except RewardError:
         raise
-    except Exception:
-        return _FAILED
+    except Exception as e:
+        return _Failed(e)
 
 
 def _check_length(name: str, values, n: int) -> list:

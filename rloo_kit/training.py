@@ -13,57 +13,73 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from datasets import Dataset
 from transformers import TrainerCallback
 from trl import RLOOConfig, RLOOTrainer
 
-from .compat import patch_trl_for_cpu
+from .compat import patch_trl_for_cpu, reuse_policy_forward
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
+from .distributed import barrier, is_main_process, plain_cpu_device, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
+from .live import attach_live_view
 from .models import attach_lora
-from .presets import GPU_PRESETS, Preset, get_preset, make_config, pick_preset, validate_rloo_fields
-from .rewards import RewardFunc, required_columns, safe
+from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
+from .rewards import RewardFunc, guard, required_columns
+from .tasks import Task
 
 log = logging.getLogger("rloo_kit")
 
 ADAPTER_DIR = "adapter"  # inside output_dir: the final adapter
 INTERRUPTED_DIR = "interrupted"  # inside output_dir: the adapter saved on Ctrl-C
+DEFAULT_ADAPTERS = (Path("runs/train") / ADAPTER_DIR, Path("runs/demo") / ADAPTER_DIR)  # 01_train's, make demo's
 
 
-def build_trainer(model, tokenizer, train_dataset, reward_funcs: RewardFunc | Sequence[RewardFunc], *,
+def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
+                  reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None, *,
                   preset: str | Preset | None = None, config: RLOOConfig | None = None,
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
-                  eval_dataset=None, **overrides) -> RLOOTrainer:
+                  eval_dataset=None, live: bool = True, **overrides) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
 
-    The config is `config` as given, or `make_config(preset, output_dir=..., **overrides)` (the
-    hardware's preset when none is named). A model without LoRA gets the preset's adapter.
-    Reward functions are wrapped in `rewards.safe` (strict_rewards=True makes failures raise).
+    `train_dataset` is a dataset (then pass `reward_funcs`) or a `tasks.Task`, whose train split,
+    rewards, reward weights and completion length are used unless `reward_funcs` / overrides say
+    otherwise. The config is `config` as given, or `make_config(preset, output_dir=..., **overrides)`
+    (the hardware's preset when none is named). A model without LoRA gets the preset's adapter.
+    Reward functions are guarded (`rewards.guard`; strict_rewards=True makes failures raise).
+    live=True shows the run with `live.attach_live_view` (a widget in a notebook, text lines elsewhere)
+    in place of transformers' progress display; live=False leaves transformers' display as it is.
     """
+    if isinstance(train_dataset, Task):
+        task = train_dataset
+        train_dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
+        if config is None:
+            overrides = {**task.trainer_overrides(), **overrides}
     if config is not None and overrides:
         raise ConfigError(f"Pass either config= or field overrides ({', '.join(overrides)}), not both: "
                           "put the overrides into the RLOOConfig, or drop config= to build one from the preset.")
-    preset = get_preset(preset) if preset is not None else pick_preset()
+    preset = resolve_preset(preset)
     if config is None:
         config = make_config(preset, output_dir=output_dir, **overrides)
     else:
         validate_rloo_fields(vars(config), preset.max_seq_length)
-    funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-    if not funcs:
-        raise ConfigError("No reward function given: pass at least one, e.g. rloo_kit.rewards.correct_answer.")
-    needed = set().union(*(required_columns(f) for f in funcs if callable(f) and not isinstance(f, torch.nn.Module)))
-    validate_dataset(train_dataset, needed)
-    funcs = [f if isinstance(f, torch.nn.Module) else safe(f, strict=strict_rewards) for f in funcs]
+    funcs = guard(reward_funcs if reward_funcs is not None else [], strict=strict_rewards)
+    validate_dataset(train_dataset, set().union(*(required_columns(f) for f in funcs if callable(f)
+                                                 and not isinstance(f, torch.nn.Module))))
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patch_trl_for_cpu()
+    plain_cpu_device(config)
     monitor = HealthMonitor() if monitor is True else monitor or None
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
                           callbacks=[*([monitor] if monitor else []), *callbacks])
     _use_base_as_reference(trainer.model)
+    reuse_policy_forward(trainer)  # CPU, one pass per generation: the scoring forward doubles as the loss's
     trainer.health_monitor = monitor
+    if live:
+        attach_live_view(trainer, monitor)
     return trainer
 
 
@@ -81,8 +97,10 @@ def _use_base_as_reference(model) -> None:
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest `checkpoint-N` directory in output_dir, or None."""
-    ckpts = sorted(Path(output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    """The newest complete `checkpoint-N` directory in output_dir, or None. A checkpoint is complete once
+    its trainer_state.json, written last, is there: a run killed while saving leaves one without it."""
+    ckpts = sorted((p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
+                   key=lambda p: int(p.name.split("-")[-1]))
     return ckpts[-1] if ckpts else None
 
 
@@ -92,31 +110,44 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     resume=True continues from the latest checkpoint in output_dir (adapter, optimizer, RNG and
     step), or starts fresh when there is none. Ctrl-C (KeyboardInterrupt, SIGINT) saves the adapter
     to `output_dir/interrupted` and re-raises. A CUDA out-of-memory saves the adapter there too and
-    is re-raised as GPUOutOfMemoryError naming the preset one size down.
+    is re-raised as GPUOutOfMemoryError naming the preset one size down. Under `accelerate launch`
+    every process calls this; only the main one writes the adapters and the messages.
     """
     out = Path(trainer.args.output_dir)
     checkpoint = latest_checkpoint(out) if resume else None
-    if resume:
+    if resume and is_main_process():
         log.warning("Resuming from %s.", checkpoint) if checkpoint else log.warning(
             "resume=True but no checkpoint in %s: starting from step 0.", out)
     try:
         result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except KeyboardInterrupt:
         saved = _save_interrupted(trainer)
-        log.warning("Interrupted at step %d: adapter saved to %s. Resume with resume=True (from the last "
-                    "checkpoint) or load that adapter.", trainer.state.global_step, saved)
+        if is_main_process() and saved:
+            log.warning("Interrupted at step %d: adapter saved to %s. Resume with resume=True (from the last "
+                        "checkpoint) or load that adapter.", trainer.state.global_step, saved)
+        elif is_main_process():
+            log.warning("Interrupted at step %d. %s Resume with resume=True.", trainer.state.global_step, _NOT_GATHERED)
         raise
     except torch.cuda.OutOfMemoryError as e:
         torch.cuda.empty_cache()
         saved = _save_interrupted(trainer)
-        raise GPUOutOfMemoryError(f"{_oom_advice(trainer.args)} The adapter as it was at step "
-                                  f"{trainer.state.global_step} is in {saved}.") from e
-    trainer.save_model(str(out / ADAPTER_DIR))
+        kept = f"The adapter as it was at step {trainer.state.global_step} is in {saved}." if saved else _NOT_GATHERED
+        raise GPUOutOfMemoryError(f"{_oom_advice(trainer.args)} {kept}") from e
+    trainer.save_model(str(out / ADAPTER_DIR))  # every process takes part (ZeRO-3 gathers); the main one writes
+    barrier()  # no process goes on before the adapter is on disk
     return result
 
 
-def _save_interrupted(trainer: RLOOTrainer) -> Path:
-    """Keep what a run had learned when it stops early: the adapter goes to output_dir/interrupted."""
+_NOT_GATHERED = ("The weights are split across processes (DeepSpeed ZeRO-3 or FSDP), so no adapter was gathered "
+                 "after the stop: the last checkpoint holds the run.")
+
+
+def _save_interrupted(trainer: RLOOTrainer) -> Path | None:
+    """Keep what a run had learned when it stops early: the adapter goes to output_dir/interrupted,
+    written by the main process. When the weights are split across processes, gathering them would
+    need every process to take part, which an interruption cannot promise: nothing is written (None)."""
+    if shards_parameters(trainer):
+        return None
     saved = Path(trainer.args.output_dir) / INTERRUPTED_DIR
     trainer.save_model(str(saved))
     return saved
@@ -135,17 +166,48 @@ def _oom_advice(args: RLOOConfig) -> str:
             "Checkpoints already written are kept: resume=True continues from the last one.")
 
 
-def quick_run(model_name: str, task, *, preset: str | Preset, steps: int, output_dir: str,
+def quick_run(model_name: str, task: Task, *, preset: str | Preset, steps: int, output_dir: str,
               monitor: HealthMonitor | None = None, **overrides) -> RLOOTrainer:
-    """Load the model fresh, train `steps` steps on a recipe (rloo_kit.recipes) and return the
-    trainer (its state.log_history and health_monitor.diagnoses hold the outcome). For side-by-side
+    """Load the model fresh, train `steps` steps on a task and return the trainer (its
+    state.log_history and health_monitor.diagnoses hold the outcome). For side-by-side
     experiments such as a broken setting and its fix."""
     from .models import load_model
 
     model, tok = load_model(model_name, preset=preset)
-    overrides.setdefault("reward_weights", task.reward_weights)
-    trainer = build_trainer(model, tok, task.train, task.reward_funcs, preset=preset, output_dir=output_dir,
+    trainer = build_trainer(model, tok, task, preset=preset, output_dir=output_dir,
                             monitor=monitor or HealthMonitor(), max_steps=steps, save_strategy="no",
                             disable_tqdm=True, **overrides)
     train(trainer)
     return trainer
+
+
+def find_adapter(*candidates: str | Path) -> Path | None:
+    """The first directory that holds a saved adapter, among `candidates` (default: what 01_train
+    and `make demo` write, runs/train/adapter and runs/demo/adapter); None when there is none."""
+    for path in map(Path, candidates or DEFAULT_ADAPTERS):
+        if (path / "adapter_config.json").is_file():
+            return path
+    return None
+
+
+def adapter_or_quick_run(adapter_dir: str | Path | None, model_name: str, task: Task, *, preset: str | Preset,
+                         steps: int, output_dir: str | Path) -> tuple[Path, bool]:
+    """The adapter to evaluate, and whether it was trained just now (03_evaluation stands on its own).
+
+    `adapter_dir` when given (it must hold an adapter); else the one a previous run wrote (01_train's
+    runs/train/adapter, `make demo`'s runs/demo/adapter, here or one folder up, as from notebooks/);
+    when there is none, says so and trains a quick one, `steps` steps of `task`, into output_dir/adapter."""
+    from .models import _require_adapter
+
+    if adapter_dir:
+        _require_adapter(adapter_dir)
+        return Path(adapter_dir), False
+    looked = [*DEFAULT_ADAPTERS, *(Path("..") / p for p in DEFAULT_ADAPTERS)]
+    found = find_adapter(*looked)
+    if found is not None:
+        return found, False
+    log.warning("No adapter from a previous run (looked in %s): training a quick one, %d steps of %s with %s, "
+                "into %s. Run 01_train (or `make demo`) for a real one.", ", ".join(map(str, looked)), steps,
+                task.name, model_name, output_dir)
+    quick_run(model_name, task, preset=preset, steps=steps, output_dir=str(output_dir))
+    return Path(output_dir) / ADAPTER_DIR, True

@@ -20,7 +20,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def default_model_dir() -> str:
     """The real default model (SmolLM2-135M-Instruct), fetched or built once per machine."""
-    from rloo_kit.models import fetch_model
+    from rloo_kit.sources import fetch_model
 
     return fetch_model(prefer_hub=False)
 

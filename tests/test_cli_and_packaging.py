@@ -1,7 +1,9 @@
+import json
 import re
 import subprocess
 import sys
 
+import pytest
 import tomllib
 import yaml
 
@@ -50,3 +52,69 @@ def test_bad_input_is_a_clear_error_and_exit_code():
     done = subprocess.run([sys.executable, "-m", "rloo_kit.cli", "train", "--preset", "16gb", "--model",
                            "smollm2-135m"], capture_output=True, text=True)
     assert done.returncode == 2 and "Unknown preset '16gb'" in done.stderr and "t4-16gb" in done.stderr
+
+
+def opposites_file(tmp_path, n: int = 12):
+    rows = [{"question": f"What is the opposite of 'w{i}'?", "reply": "cold"} for i in range(n)]
+    path = tmp_path / "own.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def tiny_train(tiny_model_dir, out, path, *extra):
+    return ["train", "--model", str(tiny_model_dir), "--preset", "cpu", "--task", "file", "--path", str(path),
+            "--prompt-column", "question", "--answer-column", "reply", "--n-test", "4", "--output-dir", str(out),
+            "--max-steps", "2", "--batch-size", "4", "--num-generations", "2", "--preflight-prompts", "6", *extra]
+
+
+def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, capsys):
+    """A random model never says 'cold': the pre-flight sees no spread, and nothing is trained."""
+    out = tmp_path / "run"
+    assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path))) == 3
+    captured = capsys.readouterr()
+    assert "reward_collapse" in captured.out and "Not training" in captured.err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["trained"] is False and m["steps"] == 0 and m["accuracy_after"] == m["accuracy_before"] == 0.0
+    assert m["preflight"]["problems"][0] == "reward_collapse" and not (out / "adapter").exists()
+
+
+def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    from transformers import Trainer
+
+    saves = []
+    real_save = Trainer.save_model
+    monkeypatch.setattr(Trainer, "save_model", lambda self, output_dir=None, **kw: (
+        saves.append(output_dir), real_save(self, output_dir, **kw))[1])
+    out = tmp_path / "run"
+    assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--force")) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["trained"] and m["steps"] == 2 and m["task"] == "file"
+    assert m["accuracy_before"] == 0.0 and m["accuracy_after"] is not None
+    assert m["max_completion_length"] >= 16 and m["before"]["accuracy"] == m["accuracy_before"]
+    assert [s for s in saves if str(s).endswith("adapter")] == [str(out / "adapter")]  # written once
+    assert "held-out accuracy: before 0.00 -> after" in capsys.readouterr().out
+    assert main(["eval", "--adapter", str(out / "adapter"), "--model", str(tiny_model_dir), "--task", "file",
+                 "--path", str(opposites_file(tmp_path)), "--prompt-column", "question", "--answer-column", "reply",
+                 "--n-test", "4", "--output", str(tmp_path / "eval.json")]) == 0
+    assert json.loads((tmp_path / "eval.json").read_text())["adapter"]["accuracy"] == m["accuracy_after"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["eval", "--adapter", "no/such/adapter"], "No adapter in 'no/such/adapter'"),
+    (["train", "--task", "file", "--path", "EMPTY"], "is empty"),
+    (["train", "--task", "file", "--path", "SMALL", "--n-test", "50"], "--n-test"),
+    (["train", "--task", "file", "--path", "SMALL", "--prompt-column", "q"], "no column 'q'"),
+])
+def test_bad_input_from_the_command_line_is_one_clear_line(tmp_path, args, message):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "small.jsonl").write_text('{"prompt": "a", "answer": "1"}\n' * 5)
+    args = [str(tmp_path / "empty.jsonl") if a == "EMPTY" else str(tmp_path / "small.jsonl") if a == "SMALL" else a
+            for a in args]
+    done = subprocess.run([sys.executable, "-m", "rloo_kit.cli", *args], capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_help_says_what_a_file_needs_and_how_answers_match():
+    done = subprocess.run([sys.executable, "-m", "rloo_kit.cli", "train", "--help"], capture_output=True, text=True)
+    for phrase in ("--prompt-column", "--answer-column", "list of accepted", "whole words", "pre-flight"):
+        assert phrase in done.stdout

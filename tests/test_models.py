@@ -2,7 +2,7 @@ import pytest
 
 import rloo_kit
 from rloo_kit import ConfigError, ModelSourceError
-from rloo_kit.models import ALIASES, fetch_model, resolve_source
+from rloo_kit.sources import ALIASES, fetch_model, resolve_source
 
 
 def test_unknown_backend(tiny_model_dir):
@@ -43,6 +43,7 @@ def test_secure_defaults(tiny_model_dir, monkeypatch):
     assert seen["trust_remote_code"] is False and seen["use_safetensors"] is True
 
 
+@pytest.mark.slow
 def test_default_model_builds_offline_and_is_idempotent(default_model_dir):
     path = fetch_model(prefer_hub=False)
     assert path == default_model_dir

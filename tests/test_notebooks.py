@@ -9,9 +9,10 @@ import nbformat
 import pytest
 
 from .conftest import REPO
-from .test_secrets import TOKEN
+from .helpers import TOKEN
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+slow = pytest.mark.slow  # each runs a notebook on the real default model
 
 
 def test_there_are_four_notebooks():
@@ -63,6 +64,7 @@ def trained(tmp_path_factory, default_model_dir):
     return out, run("01_train", out, MODEL="smollm2-135m", TASK="arithmetic", PRESET="cpu")
 
 
+@slow
 def test_00_rloo_in_one_page(tmp_path):
     m = run("00_rloo_in_one_page", tmp_path)
     assert m["advantages"]["RLOO"] == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
@@ -70,22 +72,42 @@ def test_00_rloo_in_one_page(tmp_path):
     assert m["gradient"]["RLOO"]["std"] < m["gradient"]["REINFORCE"]["std"]
 
 
-def test_01_train(trained):
+@slow
+def test_01_train(trained, default_model_dir):
+    """The values the notebook reports are the kit's own, measured again here."""
+    import torch
+    from safetensors.torch import load_file
+
+    import rloo_kit
+
     out, m = trained
-    assert m["steps"] == 2 and m["model"] == "smollm2-135m" and m["preset"] == "cpu"
-    for key in ("accuracy_before", "accuracy_after"):
-        assert 0.0 <= m[key] <= 1.0
-    assert (Path(m["adapter"]) / "adapter_model.safetensors").is_file()
+    assert m["steps"] == 2 and m["model"] == "smollm2-135m" and m["preset"] == "cpu" and m["task"] == "arithmetic"
+    assert m["max_completion_length"] == 16 and m["before"]["accuracy"] == m["accuracy_before"]
+    model, tok = rloo_kit.load_model(default_model_dir, preset="cpu")
+    task = rloo_kit.load_task("arithmetic", n_test=8, seed=0)
+    assert task.evaluate(model, tok).accuracy == m["accuracy_before"]  # greedy: the same base, the same answers
+    pre = m["preflight"]
+    assert pre["ok"] and len(pre["prompts"]) == 8 and pre["num_generations"] == 4
+    assert pre["zero_spread_fraction"] == sum(p["spread"] <= 1e-8 for p in pre["prompts"]) / 8
+    lora_b = {k: v for k, v in load_file(Path(m["adapter"]) / "adapter_model.safetensors").items() if "lora_B" in k}
+    assert lora_b and any(torch.count_nonzero(v) for v in lora_b.values())  # two steps moved the adapter
     assert (out / "01_train.ipynb").is_file()
 
 
+@slow
 def test_02_troubleshooting(tmp_path, default_model_dir):
     m = run("02_troubleshooting", tmp_path)
-    assert set(m["results"]) == {"high_variance", "kl_explosion", "reward_collapse"}
-    assert "reward_collapse" in m["results"]["reward_collapse"]["bad"]  # a bare-number reward: never earned
-    assert "reward_collapse" not in m["results"]["reward_collapse"]["fixed"]
+    assert m["steps"] == 4 and set(m["results"]) == {"high_variance", "kl_explosion", "reward_collapse"}
+    collapse = m["results"]["reward_collapse"]
+    assert "reward_collapse" in collapse["bad"]  # a bare-number reward: never earned
+    assert "reward_collapse" not in collapse["fixed"]
+    # the pre-flight said so before any step, and the first steps logged what it predicted
+    assert "reward_collapse" in collapse["preflight"]["bad"]["problems"] and not collapse["preflight"]["bad"]["ok"]
+    assert collapse["preflight"]["fixed"]["ok"]
+    assert collapse["first_steps_zero_std"]["bad"][0] == 1.0
 
 
+@slow
 def test_03_evaluation(trained, tmp_path):
     _, m01 = trained
     m = run("03_evaluation", tmp_path, ADAPTER_DIR=m01["adapter"])

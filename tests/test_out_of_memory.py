@@ -11,7 +11,8 @@ from rloo_kit.evaluation import generate
 from rloo_kit.presets import make_config
 from rloo_kit.training import _oom_advice
 
-from .test_training import data, length_reward
+from .helpers import arithmetic_rows as data
+from .helpers import length_reward
 
 
 class OutOfMemoryAt(TrainerCallback):
@@ -59,5 +60,5 @@ def test_generation_oom_says_what_to_lower(tiny_model_dir, monkeypatch):
     tok.padding_side = "right"
     model.train()
     with pytest.raises(GPUOutOfMemoryError, match="batch_size=.*samples="):
-        generate(model, tok, ["What is 1+1?"], samples=4, batch_size=8)
+        generate(model, tok, ["What is 1+1?"], samples=4, greedy=False, batch_size=8)
     assert tok.padding_side == "right" and model.training  # the caller's state is restored

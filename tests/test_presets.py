@@ -5,7 +5,8 @@ from trl import RLOOConfig
 
 from rloo_kit import ConfigError, ModelTooLargeError, estimate_memory, get_preset, list_presets, make_config
 from rloo_kit.hardware import Hardware
-from rloo_kit.presets import RLOO_FIELDS, ModelShape, parse_params, pick_preset
+from rloo_kit.memory import ModelShape, parse_params
+from rloo_kit.presets import RLOO_FIELDS, pick_preset, resolve_preset
 
 CPU = Hardware("cpu", "test cpu", 24.0, 20.0, False, 2)
 
@@ -54,13 +55,25 @@ def test_misspelt_field_names_the_real_one(tmp_path):
 
 
 def test_group_size_below_two_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="at least 2"):
-        make_config("cpu", output_dir=str(tmp_path), hardware=CPU, num_generations=1)
+    """TRL's RLOOConfig makes the rule; the kit restates its error with the fix."""
+    with pytest.raises(ConfigError, match="at least 2") as e:
+        make_config("cpu", output_dir=str(tmp_path), hardware=CPU, num_generations=1, per_device_train_batch_size=4)
+    assert "TRL:" in str(e.value) and isinstance(e.value.__cause__, ValueError)
 
 
 def test_batch_not_divisible_by_group_size_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="not divisible by num_generations=4"):
+    with pytest.raises(ConfigError, match="not divisible by num_generations=4") as e:
         make_config("cpu", output_dir=str(tmp_path), hardware=CPU, per_device_train_batch_size=6)
+    assert "per_device_train_batch_size 6 x 1 process(es)" in str(e.value)
+    assert "per_device_train_batch_size=4" in str(e.value)  # the advice: the nearest multiple
+    assert "TRL:" in str(e.value)
+
+
+def test_an_open_preset_is_the_hardwares_everywhere():
+    """One rule for preset=None / "auto" (load_model, attach_lora, build_trainer): the hardware's pick."""
+    assert resolve_preset(None, CPU).name == resolve_preset("auto", CPU).name == "cpu"
+    assert resolve_preset(None, gpu(23.6)).name == "24gb"
+    assert resolve_preset("8gb", gpu(79.0)).name == "8gb"
 
 
 def test_completion_longer_than_sequence_is_refused(tmp_path):
@@ -83,7 +96,7 @@ def test_pick_preset_steps_down_until_the_model_fits():
     big = pick_preset(gpu(23.6), "1.5B")
     assert big.name == "24gb"
     # a 32B model does not fit the 40gb preset's batch on a 40 GiB card, but a smaller preset's batch fits
-    assert estimate_memory("32B", "40gb").total_gb > 39.5 * 0.92
+    assert estimate_memory("32B", get_preset("40gb")).total_gb > 39.5 * 0.92
     chosen = pick_preset(gpu(39.5), "32B")
     assert chosen.memory_gb < 38 and estimate_memory("32B", chosen).total_gb <= 39.5 * 0.92
 
@@ -94,10 +107,13 @@ def test_model_too_large_for_the_gpu():
 
 
 def test_estimate_grows_with_model_and_batch():
-    small, large = estimate_memory("0.5B", "24gb"), estimate_memory("7B", "24gb")
+    p = get_preset
+    small, large = estimate_memory("0.5B", p("24gb")), estimate_memory("7B", p("24gb"))
     assert large.weights_gb > 5 * small.weights_gb
-    assert estimate_memory("1.5B", "80gb").activations_gb > estimate_memory("1.5B", "8gb").activations_gb
-    assert estimate_memory("1.5B", "cpu").weights_gb == pytest.approx(1.5e9 * 4 / 1024**3)
+    assert estimate_memory("1.5B", p("80gb")).activations_gb > estimate_memory("1.5B", p("8gb")).activations_gb
+    assert estimate_memory("1.5B", p("cpu")).weights_gb == pytest.approx(1.5e9 * 4 / 1024**3)
+    with pytest.raises(ConfigError, match="get_preset"):
+        estimate_memory("1.5B", "cpu")
 
 
 def test_parse_params():

@@ -4,18 +4,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import rloo_kit
 
-STEPS = 12
+from .helpers import train_cmd
 
-
-def train_cmd(model_dir, out, *extra):
-    return [sys.executable, "-m", "rloo_kit.cli", "train", "--model", str(model_dir), "--preset", "cpu",
-            "--output-dir", str(out), "--max-steps", str(STEPS), "--save-steps", "1", "--batch-size", "4",
-            "--num-generations", "2", "--max-completion-length", "8", "--n-test", "4", *extra]
+STEPS = 12  # train_cmd's default
 
 
 def test_sigkill_then_resume(tiny_model_dir, tmp_path):
@@ -54,11 +49,12 @@ def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
                             env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    # wait for the first logged step, then press Ctrl-C
+    # wait for the live view's line for the first logged step ("step 1/400 | ... | reward ..."), then press Ctrl-C
     while proc.poll() is None and time.time() < deadline:
         line = proc.stdout.readline()
-        if "'reward'" in line:
+        if line.startswith("step ") and " reward " in line:
             break
+    assert proc.poll() is None and time.time() < deadline, "no logged step on stdout"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]

@@ -5,7 +5,20 @@ import pytest
 
 from rloo_kit import RewardError
 from rloo_kit.data import gold_answer
-from rloo_kit.rewards import brevity, combine, correct_answer, extract_answer, required_columns, safe, tag_format
+from rloo_kit.rewards import (
+    brevity,
+    combine,
+    correct_answer,
+    exact_answer,
+    extract_answer,
+    guard,
+    is_correct,
+    normalize_text,
+    required_columns,
+    reward_model,
+    safe,
+    tag_format,
+)
 
 from .conftest import SHARED_GSM8K
 
@@ -88,9 +101,9 @@ def test_safe_turns_bad_samples_into_none_and_counts_them():
     guarded = safe(flaky)
     out = guarded(prompts=[""] * 5, completions=["ok", "boom", "nan", "inf", "str"])
     assert out == [1.0, None, None, None, None]
-    assert guarded.failures == {"raised": 1, "NaN/inf": 2, "not a number": 1}
+    assert guarded.failures == {"raised ZeroDivisionError": 1, "NaN/inf": 2, "returned str": 1}
     guarded(prompts=[""], completions=["boom"])
-    assert guarded.failures["raised"] == 2
+    assert guarded.failures["raised ZeroDivisionError"] == 2
 
 
 def test_safe_strict_raises():
@@ -106,3 +119,92 @@ def test_wrong_length_is_always_an_error():
 
     with pytest.raises(RewardError, match="returned 1 values for 3 completions"):
         safe(short)(prompts=[""] * 3, completions=["a", "b", "c"])
+
+
+@pytest.mark.parametrize("completion,gold,right", [
+    ("cold", "cold", True), ("Cold.", "cold", True), ("The opposite of hot is cold.", "cold", True),
+    ("The answer is: COLD!", "cold", True), ("<answer>the cold</answer>", "cold", True),
+    ("Hot and cold are opposites. I would say warm.", "cold", False),  # the last sentence decides
+    ("coldest", "cold", False), ("scold", "cold", False),  # whole words only
+    ("It is New York.", "new york", True), ("The capital is Paris", ["paris", "paris, france"], True),
+    ("It's chilly", ["cold", "chilly"], True), ("An apple.", "apple", True),
+])
+def test_text_answers(completion, gold, right):
+    assert is_correct(completion, gold) is right
+    assert correct_answer(["q"], [completion], answer=[gold]) == [float(right)]
+
+
+def test_text_answers_exact_and_normalized():
+    assert normalize_text("  The  Cold. ") == "cold" and normalize_text("'an apple'") == "apple"
+    assert exact_answer(["q"] * 4, ["Cold.", "the cold", "It is cold.", "7."], answer=["cold", "cold", "cold", "7"]) \
+        == [1.0, 1.0, 0.0, 1.0]
+    assert is_correct("cold", ["warm", "cold"], match="exact")
+    with pytest.raises(ValueError, match="final"):
+        is_correct("x", "x", match="fuzzy")
+
+
+def test_lists_of_different_length_are_a_bug_not_a_score():
+    with pytest.raises(ValueError):
+        correct_answer(["q", "q"], ["1", "2"], answer=["1"])
+
+
+def test_combine_propagates_none():
+    def partial(prompts, completions, **kwargs):
+        return [None if c == "skip" else 1.0 for c in completions]
+
+    both = combine((partial, 1.0), (brevity(10), 0.5))
+    assert both(prompts=["", ""], completions=["skip", "abcde"]) == [None, 1.0 + 0.5 * 0.5]
+
+
+def test_reward_model_scores_with_a_tiny_sequence_classifier(tiny_model_dir):
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = LlamaConfig.from_pretrained(tiny_model_dir, num_labels=1, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(config).eval()
+    score = reward_model(model, tok, batch_size=2, name="rm")
+    prompts = [[{"role": "user", "content": "Hi"}]] * 3
+    completions = ["Hello there", "No", "A longer reply than the others"]
+    values = score(prompts=prompts, completions=completions)
+    assert score.__name__ == "rm" and len(values) == 3 and all(isinstance(v, float) for v in values)
+    text = tok.apply_chat_template(prompts[1] + [{"role": "assistant", "content": "No"}], tokenize=False)
+    with torch.no_grad():
+        expected = model(**tok([text], return_tensors="pt")).logits[0, 0].item()
+    assert values[1] == pytest.approx(expected, abs=1e-5)  # the first logit of prompt + completion, batched or not
+
+
+def test_a_reward_that_never_scores_stops_with_its_cause():
+    def as_text(prompts, completions, **kwargs):
+        return ["1.0" for _ in completions]
+
+    guarded = safe(as_text, patience=3)
+    for _ in range(2):
+        assert guarded(prompts=["", ""], completions=["a", "b"]) == [None, None]
+    with pytest.raises(RewardError, match=r"as_text.*returned str.*float\("):
+        guarded(prompts=["", ""], completions=["a", "b"])
+
+
+def test_one_scored_batch_resets_the_count():
+    def sometimes(prompts, completions, **kwargs):
+        return [None if c == "n" else 1.0 for c in completions]
+
+    guarded = safe(sometimes, patience=2)
+    guarded(prompts=[""], completions=["n"])
+    guarded(prompts=[""], completions=["y"])
+    guarded(prompts=[""], completions=["n"])  # not two in a row: no error
+    with pytest.raises(RewardError, match="returned None"):
+        guarded(prompts=[""], completions=["n"])
+
+
+def test_a_hub_id_string_offline_is_refused_with_the_way_out(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RewardError, match="reward_model"):
+        guard(["some-org/some-reward-model"])
+    with pytest.raises(RewardError, match="neither"):
+        guard(["not a model"])
+
+
+def test_guard_passes_local_reward_model_directories_to_trl(tmp_path):
+    assert guard([str(tmp_path)]) == [str(tmp_path)]

@@ -4,9 +4,7 @@ import os
 import subprocess
 import sys
 
-from .test_resume import train_cmd
-
-TOKEN = "hf_rlookitSentinelToken0123456789"
+from .helpers import TOKEN, train_cmd
 
 
 def test_hub_token_never_reaches_output_or_files(tiny_model_dir, tmp_path):

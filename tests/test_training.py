@@ -9,14 +9,8 @@ import rloo_kit
 from rloo_kit import ConfigError, DataError, RewardError, build_trainer, train
 from rloo_kit.rewards import correct_answer
 
-
-def data(n: int = 16) -> Dataset:
-    return rloo_kit.arithmetic_task(n_train=n, n_test=4)["train"]
-
-
-def length_reward(prompts, completions, **kwargs):
-    """Varies across completions, so every group has a spread and LoRA gets a gradient."""
-    return [float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+from .helpers import arithmetic_rows as data
+from .helpers import length_reward, logits
 
 
 def lora_state(model) -> dict:
@@ -115,8 +109,10 @@ def test_interrupt_saves_adapter(tiny_model_dir, tmp_path, cpu_tiny_overrides):
         train(trainer)
     saved = tmp_path / "interrupted"
     assert (saved / "adapter_model.safetensors").is_file()
+    assert trainer.state.global_step == 2
     fresh, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
-    assert rloo_kit.load_adapter(fresh, saved) is not None
+    reloaded = rloo_kit.load_adapter(fresh, saved)
+    assert torch.allclose(logits(reloaded, tok), logits(trainer.model, tok), atol=1e-5)  # the adapter as trained
 
 
 def test_constant_reward_is_diagnosed_as_collapse_and_can_stop(tiny_model_dir, tmp_path, cpu_tiny_overrides):
@@ -134,6 +130,7 @@ def test_constant_reward_is_diagnosed_as_collapse_and_can_stop(tiny_model_dir, t
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_tiny_beta_and_huge_learning_rate_explode_kl(default_model_dir, tmp_path, cpu_tiny_overrides):
     """On the real default model: the tiny random model's logits are too flat for KL to run away."""
     model, tok = rloo_kit.load_model(default_model_dir, preset="cpu")
@@ -145,3 +142,34 @@ def test_tiny_beta_and_huge_learning_rate_explode_kl(default_model_dir, tmp_path
     kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert "kl_explosion" in [d.kind for d in monitor.diagnoses], kl
     assert max(kl) > monitor.thresholds.kl_max
+
+
+def test_a_task_brings_its_rewards_weights_and_length(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    task = rloo_kit.load_task("arithmetic", n_train=16, n_test=4)
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    overrides = {k: v for k, v in cpu_tiny_overrides.items() if k != "max_completion_length"}
+    trainer = build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path), max_steps=1, **overrides)
+    assert trainer.args.reward_weights == [1.0, 0.2] and trainer.args.max_completion_length == 16
+    assert trainer.reward_func_names == ["correct_answer", "brevity"]
+    train(trainer)
+    assert "rewards/brevity/mean" in trainer.state.log_history[0]
+
+
+def test_a_reward_that_scores_nothing_stops_the_run(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    def as_text(prompts, completions, **kwargs):
+        return ["1.0" for _ in completions]
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    trainer = build_trainer(model, tok, data(), [as_text], preset="cpu", output_dir=str(tmp_path), max_steps=6,
+                            **cpu_tiny_overrides)
+    with pytest.raises(RewardError, match=r"'as_text' scored no sample in the last 3 batches \(returned str"):
+        train(trainer)
+    assert trainer.state.global_step == 2  # stopped in the third step, not after six silent ones
+
+
+def test_a_hub_reward_model_offline_fails_before_training(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    with pytest.raises(RewardError, match="hub is not reachable"):
+        build_trainer(model, tok, data(), ["OpenAssistant/reward-model-deberta-v3-large"], preset="cpu",
+                      output_dir=str(tmp_path))

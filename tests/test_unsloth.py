@@ -12,6 +12,7 @@ import pytest
 REQUIRED = os.environ.get("RLOO_KIT_REQUIRE_UNSLOTH") == "1"  # set by `make test`: CI must not skip this
 
 
+@pytest.mark.unsloth
 @pytest.mark.skipif(find_spec("unsloth") is None and not REQUIRED, reason="Unsloth not installed")
 def test_unsloth_backend_loads_4bit_and_attaches_lora(tiny_model_dir):
     script = textwrap.dedent(f"""

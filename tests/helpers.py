@@ -1,0 +1,97 @@
+"""What the tests that run `rloo-kit train` in a subprocess share: the arguments of a tiny run, the
+command that runs it in one process, and the command that runs it in several under `accelerate launch`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+from .conftest import REPO
+
+DDP_CONFIG = REPO / "configs" / "accelerate" / "ddp.yaml"
+TOKEN = "hf_rlookitSentinelToken0123456789"  # a stand-in hub token that must never reach output or files
+
+
+def train_args(model_dir, out, *extra, steps: int = 12) -> list[str]:
+    """`rloo-kit train` on the tiny model with the `cpu` preset: 4 completions of up to 8 tokens a step
+    (2 per prompt), a checkpoint every step, 4 held-out prompts, no pre-flight (a random model has nothing
+    to learn, which the pre-flight would rightly say). Later options in `extra` win."""
+    return ["train", "--model", str(model_dir), "--preset", "cpu", "--output-dir", str(out), "--max-steps",
+            str(steps), "--save-steps", "1", "--batch-size", "4", "--num-generations", "2",
+            "--max-completion-length", "8", "--n-test", "4", "--preflight-prompts", "0", *extra]
+
+
+def train_cmd(model_dir, out, *extra, steps: int = 12) -> list[str]:
+    """The tiny run in this Python, one process."""
+    return [sys.executable, "-m", "rloo_kit.cli", *train_args(model_dir, out, *extra, steps=steps)]
+
+
+def launch_cmd(processes: int, *cli_args: str) -> list[str]:
+    """`accelerate launch` of `rloo-kit` with the shipped DDP config: on a machine without a GPU it starts
+    `processes` CPU processes joined by gloo. A free port each time, so that runs side by side do not meet."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
+            "--num_processes", str(processes), "--main_process_port", str(free_port()), "-m", "rloo_kit.cli",
+            *cli_args]
+
+
+def kill_tree(proc) -> None:
+    """SIGKILL a launcher and its workers at once. torchrun starts each worker in a session of its own,
+    so killing the launcher's process group would leave the workers training."""
+    import psutil
+
+    try:
+        launcher = psutil.Process(proc.pid)
+        procs = [*launcher.children(recursive=True), launcher]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    """The steps of the complete checkpoints in a run's output directory, in order."""
+    return sorted(int(p.name.split("-")[1]) for p in Path(out).glob("checkpoint-*")
+                  if (p / "trainer_state.json").is_file())
+
+
+def final_state(out: Path) -> dict:
+    """trainer_state.json of the run's newest complete checkpoint."""
+    return json.loads((Path(out) / f"checkpoint-{checkpoint_steps(out)[-1]}" / "trainer_state.json").read_text())
+
+
+def logged_steps(state: dict) -> list[int]:
+    """The training steps that logged RLOO's metrics, from a trainer state's log history."""
+    return [h["step"] for h in state["log_history"] if "reward" in h]
+
+
+def arithmetic_rows(n: int = 16):
+    """n training rows of the arithmetic task (prompt + answer)."""
+    import rloo_kit
+
+    return rloo_kit.arithmetic_task(n_train=n, n_test=4)["train"]
+
+
+def length_reward(prompts, completions, **kwargs):
+    """Varies across completions, so every group has a spread and LoRA gets a gradient."""
+    return [float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+
+
+def logits(model, tokenizer, text: str = "What is 2+2?"):
+    """The model's logits for one prompt, in eval mode, without gradients: to compare two models' outputs."""
+    import torch
+
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        return model.eval()(ids).logits

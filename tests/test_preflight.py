@@ -1,0 +1,147 @@
+"""The pre-flight: its arithmetic on made-up numbers, its structure on the tiny model, and its verdicts on
+the real default model, where they must predict what training would do."""
+
+import math
+
+import numpy as np
+import pytest
+from datasets import Dataset
+
+import rloo_kit
+from rloo_kit.preflight import PreflightReport, PromptStats, RewardStats, _suggest, _totals, diagnose, fit_task
+from rloo_kit.rewards import correct_answer, exact_answer
+
+from .helpers import length_reward
+
+
+def report(**changes) -> PreflightReport:
+    """A report with healthy numbers, changed where a test says."""
+    fields = dict(num_generations=4, max_completion_length=16, temperature=1.0, seconds=1.0,
+                  zero_spread_fraction=0.2, truncation_rate=0.1, pass_rate=0.4,
+                  prompts=[PromptStats(i, f"q{i}", 0.5, 0.3 if i % 2 else 0.0, 0.5, 0.0) for i in range(4)],
+                  rewards=[RewardStats("correct_answer", 0.4, 0.5, 0.0, {})], correlations={},
+                  finished_within_probe=0.9, probe_length=64, needed_lengths={"p50": 10, "p90": 30, "max": 60},
+                  suggested_max_completion_length=32, problems=[])
+    fields.update(changes)
+    r = PreflightReport(**fields)
+    r.problems = diagnose(r)
+    return r
+
+
+def test_healthy_numbers_are_ok():
+    assert report().ok and report().problems == []
+
+
+def test_no_spread_is_a_blocking_reward_collapse():
+    r = report(zero_spread_fraction=0.9, pass_rate=0.02)
+    assert r.kinds() == ["reward_collapse"] and not r.ok
+    assert "90%" in r.problems[0].message and "2%" in r.problems[0].message  # the measured numbers, in words
+
+
+def test_a_solved_task_is_solved_not_collapsed():
+    r = report(zero_spread_fraction=1.0, pass_rate=0.98)
+    assert r.kinds() == ["solved"] and not r.ok
+
+
+def test_truncation_with_spread_is_a_warning_only():
+    r = report(truncation_rate=0.8)
+    assert r.kinds() == ["truncation"] and r.ok and not r.problems[0].blocking
+    assert "16 -> 32" in r.problems[0].fix
+
+
+def test_a_reward_that_scores_nothing_blocks():
+    r = report(rewards=[RewardStats("broken", math.nan, math.nan, 1.0, {"raised KeyError": 64})])
+    assert r.kinds() == ["unscored"] and not r.ok and "raised KeyError: 64" in r.problems[0].message
+    half = report(rewards=[RewardStats("flaky", 0.5, 0.1, 0.6, {"returned None": 38})])
+    assert half.kinds() == ["unscored"] and half.ok  # most, not all: a warning
+
+
+def test_totals_follow_trl_nansum_and_suggestion_counts_cut_completions():
+    totals = _totals([np.array([1.0, math.nan, 0.0]), np.array([0.5, 0.5, math.nan])], [1.0, 0.2])
+    assert totals.tolist() == pytest.approx([1.1, 0.1, 0.0])
+    assert _suggest([10] * 8 + [30] * 2, 10, probe=64, length=16) == 32  # the 90th percentile, rounded up to 8
+    assert _suggest([10] * 9 + [30], 10, probe=64, length=16) == 16
+    assert _suggest([10] * 5, 10, probe=64, length=16) == 64  # half were cut even at the probe length
+    assert _suggest([], 0, probe=64, length=16) == 16
+
+
+def test_filter_keeps_the_prompts_with_spread():
+    data = Dataset.from_dict({"prompt": [f"q{i}" for i in range(6)], "answer": ["1"] * 6})
+    kept = report().filter(data)
+    assert kept["prompt"] == ["q1", "q3"]  # rows 1 and 3 had spread in the made-up report
+
+
+def test_fit_task_takes_length_and_brevity_from_the_measurement():
+    task = rloo_kit.load_task("arithmetic", n_train=20, n_test=4).replace(name="file", max_completion_length=None,
+                                                                         reward_funcs=(correct_answer,),
+                                                                         reward_weights=None)
+    fitted, notes = fit_task(task, report(truncation_rate=0.8), "cpu")
+    assert fitted.max_completion_length == 32 and [f.__name__ for f in fitted.reward_funcs] == [
+        "correct_answer", "brevity"] and fitted.reward_weights == (1.0, 0.2) and len(notes) == 2
+    calm, notes = fit_task(task, report(), "cpu")
+    assert calm.max_completion_length == 16 and len(calm.reward_funcs) == 1 and notes == []
+    fixed = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)  # a task that sets its own length keeps it
+    assert fit_task(fixed, report(truncation_rate=0.8), "cpu") == (fixed, [])
+
+
+def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    data = rloo_kit.arithmetic_task(n_train=24, n_test=4)["train"]
+    r = rloo_kit.preflight(model, tok, data, [correct_answer, length_reward], preset="cpu", num_generations=2,
+                           max_completion_length=8, reward_weights=[1.0, 0.1], n_prompts=10, probe_length=12)
+    assert len(r.prompts) == 10 and r.num_generations == 2 and r.probe_length == 12
+    assert r.zero_spread_fraction == pytest.approx(np.mean([p.spread <= 1e-8 for p in r.prompts]))
+    assert r.truncation_rate == pytest.approx(np.mean([p.truncated for p in r.prompts]))
+    assert len(r.lengths) == 20 and max(r.lengths) <= 12
+    assert [x.name for x in r.rewards] == ["correct_answer", "length_reward"]
+    assert "correct_answer ~ length_reward" in r.correlations
+    kept = r.filter(data)
+    assert len(kept) == sum(p.spread > 1e-8 for p in r.prompts)
+    d = r.to_dict()
+    assert d["ok"] == r.ok and len(d["prompts"]) == 10
+    assert "pre-flight: 10 prompts x 2 completions" in str(r)
+
+
+@pytest.fixture(scope="module")
+def default_model(default_model_dir):
+    return rloo_kit.load_model(default_model_dir, preset="cpu")
+
+
+@pytest.fixture(scope="module")
+def arithmetic():
+    return rloo_kit.load_task("arithmetic")
+
+
+@pytest.mark.slow
+def test_all_or_nothing_reward_collapses_before_any_step(default_model, arithmetic):
+    model, tok = default_model
+    r = rloo_kit.preflight(model, tok, arithmetic.train, [exact_answer], preset="cpu", n_prompts=16,
+                           probe_length=16)
+    assert r.zero_spread_fraction >= 0.8 and "reward_collapse" in r.kinds() and not r.ok
+
+
+@pytest.mark.slow
+def test_the_tasks_own_rewards_can_learn(default_model, arithmetic):
+    model, tok = default_model
+    r = rloo_kit.preflight(model, tok, arithmetic, preset="cpu", n_prompts=16, probe_length=16)
+    assert r.ok and set(r.kinds()) <= {"truncation"}
+    assert [x.name for x in r.rewards] == ["correct_answer", "brevity"] and r.max_completion_length == 16
+
+
+@pytest.mark.slow
+def test_a_reward_that_raises_is_unscored(default_model, arithmetic):
+    def broken(prompts, completions, answer, **kwargs):
+        raise KeyError("no such field")
+
+    model, tok = default_model
+    r = rloo_kit.preflight(model, tok, arithmetic.train, [broken], preset="cpu", n_prompts=8, probe_length=16)
+    assert r.kinds()[0] == "unscored" and not r.ok and r.rewards[0].causes == {"raised KeyError": 32}
+
+
+@pytest.mark.slow
+def test_two_tokens_truncate(default_model, arithmetic):
+    model, tok = default_model
+    r = rloo_kit.preflight(model, tok, arithmetic, preset="cpu", max_completion_length=2, n_prompts=8,
+                           probe_length=24)
+    assert "truncation" in r.kinds() and r.truncation_rate >= 0.9
+    assert r.suggested_max_completion_length > 2

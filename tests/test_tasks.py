@@ -1,0 +1,74 @@
+"""Tasks own their data, rewards, matching and length; "auto" resolves the same way everywhere."""
+
+import json
+
+import pytest
+
+import rloo_kit
+from rloo_kit import DataError
+from rloo_kit.hardware import Hardware
+from rloo_kit.tasks import plan_run
+
+CPU = Hardware("cpu", "test cpu", 24.0, 20.0, False, 2)
+GPU = Hardware("cuda", "24 GiB GPU", 23.6, 23.0, True, 8)
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_auto_is_resolved_from_the_hardware():
+    cpu = plan_run(hardware=CPU)
+    assert (cpu.model, cpu.task, cpu.preset.name) == ("smollm2-135m", "arithmetic", "cpu")
+    gpu = plan_run(hardware=GPU)
+    assert (gpu.model, gpu.task, gpu.preset.name) == ("Qwen/Qwen2.5-0.5B-Instruct", "gsm8k", "24gb")
+    named = plan_run("my/model", "file", "8gb", hardware=GPU)
+    assert (named.model, named.task, named.preset.name) == ("my/model", "file", "8gb")
+    with pytest.raises(DataError, match="Unknown task 'maths'"):
+        plan_run(task="maths", hardware=CPU)
+
+
+def test_the_arithmetic_task_carries_its_scoring():
+    task = rloo_kit.load_task("arithmetic", n_train=10, n_test=5)
+    assert [f.__name__ for f in task.reward_funcs] == ["correct_answer", "brevity"]
+    assert task.trainer_overrides() == {"reward_weights": [1.0, 0.2], "max_completion_length": 16}
+    assert task.for_preset("24gb").max_completion_length == 16  # its own length wins over the preset's
+
+
+def test_a_file_task_with_word_answers(tmp_path):
+    rows = [{"question": f"Opposite of w{i}?", "reply": ["cold", "chilly"] if i % 2 else "warm"} for i in range(12)]
+    path = write_jsonl(tmp_path / "own.jsonl", rows)
+    task = rloo_kit.load_task("file", path=path, n_test=4, prompt_column="question", answer_column="reply")
+    assert len(task.train) == 8 and len(task.test) == 4 and task.max_completion_length is None
+    assert task.for_preset("cpu").max_completion_length == 16  # an open length takes the preset's
+    assert task.train[0]["prompt"][-1]["role"] == "user"
+    answers = list(task.train["answer"]) + list(task.test["answer"])
+    assert ["cold", "chilly"] in answers and "warm" in answers  # a list stays a list of accepted answers
+
+
+@pytest.mark.parametrize("content,n_test,match", [
+    ("", 50, "is empty"),
+    ('{"prompt": "a", "answer": "1"}\n' * 10, 50, r"10 row\(s\).*--n-test"),
+    ('{"question": "a", "answer": "1"}\n' * 10, 2, "--prompt-column"),
+])
+def test_file_problems_are_clear_errors(tmp_path, content, n_test, match):
+    path = tmp_path / "task.jsonl"
+    path.write_text(content)
+    with pytest.raises(DataError, match=match):
+        rloo_kit.load_task("file", path=str(path), n_test=n_test)
+
+
+def test_a_file_task_needs_a_path():
+    with pytest.raises(DataError, match="--path"):
+        rloo_kit.load_task("file")
+
+
+def test_evaluation_uses_the_tasks_length(tiny_model_dir):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    model = rloo_kit.attach_lora(model, r=4, alpha=8)
+    task = rloo_kit.load_task("arithmetic", n_train=8, n_test=3).replace(max_completion_length=5)
+    report = task.evaluate(model, tok)
+    assert max(row["tokens"] for row in report.completions) <= 5 and report.accuracy is not None
+    base, tuned = task.evaluate_base_and_adapter(model, tok)
+    assert [r["completion"] for r in base.completions] == [r["completion"] for r in tuned.completions]  # B = 0
