@@ -144,7 +144,8 @@ def main() -> None:
         r = runs[p]
         rows.append(f"| {p} | {', '.join(r['base_weights'])} | {step[p]:.2f} | {r['peak_rss_gb']:.2f} | "
                     f"{r['accuracy_before']:.2f} -> {r['accuracy_after']:.2f} |")
-    rows += ["", f"median step time fast / legacy: **{ratio:.2f}** (goal <= 0.5: {'met' if ratio <= 0.5 else 'NOT met'}); "
+    met = "met" if ratio <= 0.5 else "NOT met"
+    rows += ["", f"median step time fast / legacy: **{ratio:.2f}** (goal <= 0.5: {met}); "
              f"accuracy after {a.steps} steps, fast - legacy: {gap:+.2f} (goal: within 0.05, or better)"]
     write("cpu-speed", result, rows, notes=(
         f"CPU flags: {', '.join(choice.flags) or 'none reported'}. This machine's path: {choice.describe()}. "

@@ -187,7 +187,7 @@ def reuse_policy_forward(trainer) -> bool:
     args = trainer.args
     if (getattr(args, "num_iterations", 1) != 1 or (getattr(args, "steps_per_generation", None) or 1) != 1
             or args.gradient_checkpointing or trainer.accelerator.device.type != "cpu"
-            or getattr(trainer, "use_vllm", False) or getattr(trainer, "_rloo_kit_reuse", False)):
+            or getattr(trainer, "use_vllm", False) or getattr(trainer, "_rloo_kit_reuse", False) or _LEGACY):
         return False
     compute = trainer._get_per_token_logps_and_entropies  # the bound method, possibly already wrapped
     kept: dict = {}

@@ -124,8 +124,12 @@ def _advice(kind: str, ev: dict, args) -> tuple[str, str]:
                 "or degenerating, and its text will stop resembling the base model's.",
                 f"raise beta {b}; halve learning_rate {lr:g} -> {lr / 2:g}; keep max_grad_norm at 1.0.")
     if kind == "reward_collapse":
+        reward = ev.get("reward")
+        cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
+                 "or answers that never match; rloo_kit.preflight shows completions and their scores)."
+                 if reward is not None and abs(reward) < 1e-9 else "")
         return (f"Most groups have no reward spread ({ev}): every completion of a prompt scores the same, so "
-                "the leave-one-out advantage is zero and nothing is learned.",
+                f"the leave-one-out advantage is zero and nothing is learned.{cause}",
                 f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
                 f"if the task is too hard, make it easier or give partial credit; raise temperature {temp:g} -> "
                 f"{min(temp + 0.3, 1.5):g} and num_generations {g} -> {2 * g}. If the reward is at its maximum, "

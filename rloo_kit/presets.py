@@ -62,7 +62,8 @@ _HUB = {  # models each GPU class suits, as hub ids
 }
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset("cpu", "Laptop or CI CPU. fp32 (4-bit is ~8x slower on CPU), tiny models, short answers.",
+    Preset("cpu", "Laptop or CI CPU: bf16 where the CPU has it, else fp32 (4-bit is ~8x slower on CPU); tiny "
+           "models, short answers.",
            memory_gb=8, max_params_b=0.5, suggested_models=("smollm2-135m", "HuggingFaceTB/SmolLM2-360M-Instruct"),
            load_in_4bit=False, lora_r=16, lora_alpha=32, lora_target_modules=LORA_ALL_LINEAR, max_seq_length=256,
            num_generations=4, per_device_train_batch_size=16, gradient_accumulation_steps=1,

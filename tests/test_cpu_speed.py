@@ -203,3 +203,10 @@ def test_reuse_is_refused_where_it_would_change_training(tiny_model_dir, tmp_pat
     for extra in (dict(num_iterations=2), dict(gradient_accumulation_steps=2), dict(gradient_checkpointing=True)):
         trainer = _tiny_trainer(tiny_model_dir, tmp_path, {**cpu_tiny_overrides, **extra}, reuse=False)
         assert not compat.reuse_policy_forward(trainer), extra
+
+
+def test_legacy_switch_also_keeps_trls_separate_scoring_pass(tiny_model_dir, tmp_path, cpu_tiny_overrides,
+                                                             monkeypatch):
+    trainer = _tiny_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, reuse=False)
+    monkeypatch.setattr(compat, "_LEGACY", True)
+    assert not compat.reuse_policy_forward(trainer)

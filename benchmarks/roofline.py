@@ -1,0 +1,257 @@
+"""Where does a CPU RLOO step spend its time, against what this machine can do?
+
+Measures the peaks (2048^2 matmul in fp32 and bf16, best of a few seconds each; memory bandwidth as
+a 256 MiB copy), counts the FLOPs of one RLOO step of the default model at the cpu preset by phase
+from the model's shape and the step's real token counts, times each phase of a few real steps, and
+prints achieved GFLOP/s per phase against the peaks.
+
+    .venv/bin/python benchmarks/roofline.py [--steps 4] [--path fast|legacy] [--model smollm2-135m]
+
+Phases: generation prefill and decode (HF generate; the first forward of a generate call is the
+prefill), reference log-probs (adapter off), the "old" policy pass (legacy path only: the fast
+path's scoring forward is the loss's forward), policy forward (with gradients), backward,
+optimizer, rewards, and the rest of the step. Writes benchmarks/results/roofline[-legacy].{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def best_seconds(fn, seconds: float = 2.0, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    best, end = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def peaks(seconds: float) -> dict:
+    n = 2048
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        out[f"matmul_{name}_gflops"] = round(2 * n**3 / best_seconds(lambda a=a, b=b: a @ b, seconds) / 1e9, 1)
+    src = torch.empty(64 * 1024**2, dtype=torch.float32).fill_(1.0)  # 256 MiB
+    dst = torch.empty_like(src)
+    out["copy_gb_per_s"] = round(2 * src.numel() * 4 / best_seconds(lambda: dst.copy_(src), seconds) / 1e9, 1)
+    return out
+
+
+def step_flops(cfg, batch: int, prompt: int, completion: int, lora_r: int, legacy: bool) -> dict:
+    """FLOPs of one RLOO step by phase (multiply-add = 2), from the model's shape and the step's tokens.
+    `prompt` is the padded prompt length, `completion` the padded completion length (both as TRL runs them)."""
+    h, layers, vocab, inter = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, cfg.intermediate_size
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    hd = getattr(cfg, "head_dim", None) or h // heads
+    linear = layers * (h * heads * hd * 2 + 2 * h * kv * hd + 3 * h * inter)  # q, o, k, v, gate, up, down
+    lora = layers * lora_r * ((h + heads * hd) * 2 + 2 * (h + kv * hd) + 2 * (h + inter) + (inter + h))
+    head = vocab * h
+
+    def attn(queries: int, context: int) -> float:  # QK^T and AV, causal: each query sees `context` keys
+        return 2 * 2 * layers * heads * hd * queries * context
+
+    seq = prompt + completion
+    scored = batch * completion  # LM head only on completion positions (TRL's fused head)
+    full = batch * seq
+    causal = batch * sum(range(1, seq + 1))  # sum of context lengths over a causal sequence
+    prefill = 2 * batch * prompt * (linear + lora) + 2 * batch * head + attn(1, batch * sum(range(1, prompt + 1)))
+    decode = sum(2 * batch * (linear + lora + head) + attn(batch, prompt + t) for t in range(1, completion))
+    fwd_base = 2 * full * linear + attn(1, causal) + 2 * scored * head
+    policy_fwd = fwd_base + 2 * full * lora
+    # backward: activation gradients through every linear (= their forward), LoRA weight gradients (= LoRA
+    # forward), attention (2x), the LM head's hidden gradient, and its logits recomputed (fast path) or kept
+    backward = 2 * full * linear + 2 * 2 * full * lora + 2 * attn(1, causal) + 2 * scored * head * (1 if legacy else 2)
+    n_lora = lora  # parameters: r x (in + out) per adapted matrix
+    return {"generate_prefill": prefill, "generate_decode": decode, "reference_fwd": fwd_base,
+            "old_policy_fwd": policy_fwd if legacy else 0, "policy_fwd": policy_fwd, "backward": backward,
+            "optimizer": 12 * n_lora, "rewards": 0, "rest": 0}
+
+
+class PhaseClock:
+    def __init__(self):
+        self.seconds = collections.defaultdict(float)
+
+    @contextlib.contextmanager
+    def time(self, name):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t
+
+
+def instrument(trainer, clock: PhaseClock, base_model) -> dict:
+    """Wrap the trainer's phases in timers; returns a dict the step shapes are recorded into."""
+    from transformers import TrainerCallback
+
+    from rloo_kit.compat import _adapters_on
+
+    shapes = {}
+    generating = {"on": False, "calls": 0, "t": 0.0}
+    gen = trainer._generate_single_turn
+
+    def generate_single_turn(*a, **k):
+        generating.update(on=True, calls=0, prefill=0.0)
+        t = time.perf_counter()
+        try:
+            return gen(*a, **k)
+        finally:
+            generating["on"] = False
+            clock.seconds["generate_decode"] += time.perf_counter() - t - generating["prefill"]
+
+    def pre(module, args, kwargs):
+        if generating["on"]:
+            generating["t"] = time.perf_counter()
+
+    def post(module, args, kwargs, output):
+        if generating["on"]:
+            if generating["calls"] == 0:
+                generating["prefill"] = time.perf_counter() - generating["t"]
+                clock.seconds["generate_prefill"] += generating["prefill"]
+            generating["calls"] += 1
+
+    base_model.register_forward_pre_hook(pre, with_kwargs=True)
+    base_model.register_forward_hook(post, with_kwargs=True)
+    trainer._generate_single_turn = generate_single_turn
+
+    logps = trainer._get_per_token_logps_and_entropies  # the kit's reuse wrapper, when installed
+
+    def per_token_logps(model, input_ids, attention_mask, logits_to_keep, *a, **k):
+        shapes["batch"], shapes["seq"], shapes["completion"] = *input_ids.shape, logits_to_keep
+        if not _adapters_on(model):
+            name = "reference_fwd"
+        elif torch.is_grad_enabled():
+            name = "policy_fwd"
+        else:  # the scoring pass: with the reuse installed it runs with gradients and is the policy forward
+            name = "policy_fwd" if getattr(trainer, "_rloo_kit_reuse", False) else "old_policy_fwd"
+        with clock.time(name):
+            return logps(model, input_ids, attention_mask, logits_to_keep, *a, **k)
+
+    trainer._get_per_token_logps_and_entropies = per_token_logps
+    rewards = trainer._calculate_rewards
+
+    def calculate_rewards(*a, **k):
+        with clock.time("rewards"):
+            return rewards(*a, **k)
+
+    trainer._calculate_rewards = calculate_rewards
+    backward = trainer.accelerator.backward
+
+    def timed_backward(*a, **k):
+        with clock.time("backward"):
+            return backward(*a, **k)
+
+    trainer.accelerator.backward = timed_backward
+
+    class Steps(TrainerCallback):
+        def __init__(self):
+            self.step_seconds, self.snapshots = [], []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.o = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            clock.seconds["optimizer"] += time.perf_counter() - self.o
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.step_seconds.append(time.perf_counter() - self.t)
+            self.snapshots.append(dict(clock.seconds))
+
+    steps = Steps()
+    trainer.add_callback(steps)
+    shapes["steps"] = steps
+    return shapes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--path", choices=("fast", "legacy"), default="fast")
+    ap.add_argument("--peak-seconds", type=float, default=3.0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.path == "legacy":
+        os.environ["RLOO_KIT_CPU_DTYPE"] = "fp32"
+    from common import stamp, write
+
+    import rloo_kit
+    from rloo_kit import compat
+    from rloo_kit.hardware import cpu_compute
+    from rloo_kit.tasks import load_task
+
+    compat._LEGACY = a.path == "legacy"
+    peak = peaks(a.peak_seconds)
+    print(peak, flush=True)
+    task = load_task("arithmetic", n_train=a.steps * 16, seed=a.seed)
+    model, tok = rloo_kit.load_model(a.model, preset="cpu")
+    base = model
+    model = rloo_kit.attach_lora(model, preset="cpu", seed=a.seed)
+    # every completion runs to max_completion_length, so that each step does the same work
+    full_length = rloo_kit.get_preset("cpu").max_completion_length
+    trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir="runs/bench-roofline",
+                                     max_steps=a.steps, save_strategy="no", disable_tqdm=True, seed=a.seed,
+                                     monitor=False, live=False, generation_kwargs={"min_new_tokens": full_length})
+    clock = PhaseClock()
+    shapes = instrument(trainer, clock, base)
+    trainer.train()
+    steps = shapes["steps"]
+    first = steps.snapshots[0]  # leave the first (warm-up) step out
+    n = len(steps.step_seconds) - 1
+    phase_s = {k: (clock.seconds[k] - first.get(k, 0.0)) / n for k in clock.seconds}
+    step_s = sum(steps.step_seconds[1:]) / n
+    preset = rloo_kit.get_preset("cpu")
+    flops = step_flops(trainer.model.config, shapes["batch"], shapes["seq"] - shapes["completion"],
+                       shapes["completion"], preset.lora_r, legacy=a.path == "legacy")
+    phase_s["rest"] = step_s - sum(phase_s.values())
+    total = sum(flops.values())
+    bf16 = cpu_compute().bf16 and a.path == "fast"
+    ref_peak = peak["matmul_bf16_gflops"] if bf16 else peak["matmul_fp32_gflops"]
+    rows = ["| phase | GFLOP | seconds | GFLOP/s | % of fp32 peak | % of bf16 peak |", "|---|---|---|---|---|---|"]
+    table = {}
+    for k in flops:
+        s, f = phase_s.get(k, 0.0), flops[k]
+        rate = f / s / 1e9 if s > 0 and f > 0 else 0.0
+        table[k] = {"gflop": round(f / 1e9, 2), "seconds": round(s, 3), "gflops": round(rate, 1)}
+        if s or f:
+            fp32_pct, bf16_pct = 100 * rate / peak["matmul_fp32_gflops"], 100 * rate / peak["matmul_bf16_gflops"]
+            rows.append(f"| {k} | {f / 1e9:.1f} | {s:.3f} | {rate:.1f} | {fp32_pct:.0f}% | {bf16_pct:.0f}% |")
+    whole = total / step_s / 1e9
+    rows.append(f"| **whole step** | {total / 1e9:.1f} | {step_s:.3f} | {whole:.1f} | "
+                f"{100 * whole / peak['matmul_fp32_gflops']:.0f}% | {100 * whole / peak['matmul_bf16_gflops']:.0f}% |")
+    choice = cpu_compute()
+    result = {**stamp(), "cpu_flags": list(choice.flags), "cpu_path": choice.describe() if a.path == "fast"
+              else "legacy: fp32, 0.1 log-prob path, separate old-policy pass", "path": a.path, "peaks": peak,
+              "shapes": {k: v for k, v in shapes.items() if k != "steps"}, "phases": table,
+              "step_seconds": [round(s, 3) for s in steps.step_seconds], "mean_step_seconds": round(step_s, 3),
+              "step_gflop": round(total / 1e9, 1), "achieved_gflops": round(whole, 1),
+              "achieved_fraction_of_reference_peak": round(whole / ref_peak, 3),
+              "reference_peak": "bf16" if bf16 else "fp32", "goal": ">= 40% of the bf16 matmul peak where bf16 is used"}
+    notes = (f"Peaks: 2048^2 matmul {peak['matmul_fp32_gflops']} GFLOP/s fp32, {peak['matmul_bf16_gflops']} bf16; "
+             f"copy {peak['copy_gb_per_s']} GB/s (read + write). CPU flags: {', '.join(choice.flags)}. Path: "
+             f"{result['cpu_path']}. Step: {shapes['batch']} completions x ({shapes['seq'] - shapes['completion']} "
+             f"prompt + {shapes['completion']} completion tokens), completions forced to full length; mean of "
+             f"steps 2..{a.steps}. Whole step at {whole:.0f} GFLOP/s = {100 * whole / ref_peak:.0f}% of the "
+             f"{result['reference_peak']} peak. Other processes shared the 2 cores: figures are noisy.")
+    write("roofline" if a.path == "fast" else "roofline-legacy", result, rows, notes=notes)
+
+
+if __name__ == "__main__":
+    main()
