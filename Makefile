@@ -54,6 +54,11 @@ bench: setup
 	$(PY) benchmarks/scaling.py
 	$(PY) benchmarks/scaling.py --model random:tiny
 	$(PY) benchmarks/backends.py
+	$(PY) benchmarks/preflight.py
+	$(PY) benchmarks/own_tasks.py
+	$(PY) benchmarks/cpu_speed.py --steps 30
+	$(PY) benchmarks/roofline.py --steps 4
+	$(PY) benchmarks/roofline.py --steps 4 --path legacy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

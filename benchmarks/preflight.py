@@ -32,8 +32,10 @@ def settings(task) -> dict:
             "task rewards, 4 tokens (cuts)": (task.replace(max_completion_length=4), {})}
 
 
-def first_steps(model_name: str, task, seed: int) -> tuple[float, float]:
-    """Mean frac_reward_zero_std and clipped ratio over the first steps of a fresh run."""
+def first_steps(model_name: str, task, seed: int) -> tuple[float, float, float]:
+    """Mean frac_reward_zero_std and clipped ratio over the first steps of a fresh run, and step 1's
+    frac_reward_zero_std alone: TRL computes it after subtracting beta x KL from the rewards, so once the
+    first update moves the policy every group gains a little spread from the KL term."""
     model, tok = rloo_kit.load_model(model_name, preset="cpu")
     trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir="runs/bench-preflight",
                                      max_steps=FIRST_STEPS, save_strategy="no", disable_tqdm=True, seed=seed,
@@ -41,7 +43,7 @@ def first_steps(model_name: str, task, seed: int) -> tuple[float, float]:
     rloo_kit.train(trainer)
     logs = [h for h in trainer.state.log_history if "frac_reward_zero_std" in h]
     return (statistics.fmean(h["frac_reward_zero_std"] for h in logs),
-            statistics.fmean(h["completions/clipped_ratio"] for h in logs))
+            statistics.fmean(h["completions/clipped_ratio"] for h in logs), logs[0]["frac_reward_zero_std"])
 
 
 class StopAfter(TrainerCallback):
@@ -60,7 +62,7 @@ class StopAfter(TrainerCallback):
 def filtered_vs_all(model_name: str, minutes: float, seed: int) -> dict:
     """Held-out mean reward after `minutes` of training on every prompt vs on those the pre-flight kept."""
     task = rloo_kit.load_task("arithmetic", seed=seed).replace(name="mixed")
-    mixed = rloo_kit.arithmetic_task(ops=("+", "-", "*"), n_train=400, n_test=50, seed=seed)
+    mixed = rloo_kit.arithmetic_task(ops=("+", "-", "*"), n_train=120, n_test=50, seed=seed)
     task = task.replace(train=mixed["train"], test=mixed["test"])
     out = {}
     for name in ("all prompts", "filtered"):
@@ -98,16 +100,18 @@ def main() -> None:
         for seed in args.seeds:
             model, tok = rloo_kit.load_model(args.model, preset="cpu")
             report = rloo_kit.preflight(model, tok, t, preset="cpu", n_prompts=32, seed=seed)
-            logged_zero, logged_cut = first_steps(args.model, t, seed)
+            logged_zero, logged_cut, step1_zero = first_steps(args.model, t, seed)
             rows.append({"setting": name, "seed": seed, "preflight_seconds": round(report.seconds, 1),
                          "preflight_zero_spread": report.zero_spread_fraction,
-                         "logged_zero_std": logged_zero, "preflight_truncation": report.truncation_rate,
+                         "logged_zero_std": logged_zero, "step1_zero_std": step1_zero,
+                         "preflight_truncation": report.truncation_rate,
                          "logged_clipped": logged_cut, "problems": report.kinds()})
             print(rows[-1], flush=True)
     filt = filtered_vs_all(args.model, args.filter_minutes, args.seeds[0]) if args.filter_minutes else {}
-    table = ["| setting | seed | pre-flight zero spread | first 3 steps' frac_reward_zero_std | pre-flight cut | "
-             "first 3 steps' clipped ratio | pre-flight says | pre-flight seconds |", "|---" * 8 + "|"]
-    table += [f"| {r['setting']} | {r['seed']} | {r['preflight_zero_spread']:.2f} | {r['logged_zero_std']:.2f} | "
+    table = ["| setting | seed | pre-flight zero spread | first 3 steps' frac_reward_zero_std (step 1) | "
+             "pre-flight cut | first 3 steps' clipped ratio | pre-flight says | pre-flight seconds |", "|---" * 8 + "|"]
+    table += [f"| {r['setting']} | {r['seed']} | {r['preflight_zero_spread']:.2f} | {r['logged_zero_std']:.2f} "
+              f"({r['step1_zero_std']:.2f}) | "
               f"{r['preflight_truncation']:.2f} | {r['logged_clipped']:.2f} | {', '.join(r['problems']) or 'ok'} | "
               f"{r['preflight_seconds']} |" for r in rows]
     worst = max(max(abs(r["preflight_zero_spread"] - r["logged_zero_std"]),
