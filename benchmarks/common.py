@@ -4,6 +4,7 @@ run in a fresh process (so peak memory is that run's alone), and writing results
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -16,6 +17,8 @@ WORKER = Path(__file__).parent / "rloo_run.py"
 
 
 def stamp() -> dict:
+    import torch
+
     import rloo_kit
     from rloo_kit.hardware import package_versions
 
@@ -24,6 +27,7 @@ def stamp() -> dict:
     script = Path(sys.argv[0]).resolve().relative_to(REPO)
     return {"command": " ".join([".venv/bin/python", str(script), *sys.argv[1:]]),
             "device": f"{hw.device} ({hw.name})", "cpu_count": hw.cpu_count,
+            "torch_threads": torch.get_num_threads(), "load_average_at_start": round(os.getloadavg()[0], 2),
             "memory_gb": round(hw.total_memory_gb, 1), "python": platform.python_version(), "versions": versions}
 
 
