@@ -87,8 +87,10 @@ def cmd_demo(args) -> int:
     params = {"OUTPUT_DIR": str(out), "SMOKE": args.smoke}
     if args.steps:
         params["MAX_STEPS"] = args.steps
+    # the kernel's own log (e.g. its warning about local TCP) is not the user's business; cell errors still show
     papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params, kernel_name="python3",
-                               progress_bar=False, log_output=args.verbose)
+                               progress_bar=False, log_output=args.verbose,
+                               extra_arguments=["--IPKernelApp.log_level=ERROR"])
     metrics = json.loads((out / "metrics.json").read_text())
     print(f"model {metrics['model']} · preset {metrics['preset']} · {metrics['steps']} steps in "
           f"{metrics['minutes']:.1f} min")
