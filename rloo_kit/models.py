@@ -12,7 +12,7 @@ import torch
 
 from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
-from .hardware import detect_hardware, hub_reachable
+from .hardware import Hardware, detect_hardware, hub_reachable
 from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
 from .sources import ALIASES, DEFAULT_MODEL, resolve_source
 
@@ -49,7 +49,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         if backend == "unsloth":
             model, tok = _load_unsloth(source, load_in_4bit, max_seq_length, trust_remote_code)
         else:
-            model, tok = _load_transformers(source, load_in_4bit, hw.is_cuda, hw.bf16, trust_remote_code)
+            model, tok = _load_transformers(source, load_in_4bit, hw, trust_remote_code)
     except OSError as e:
         raise _explain_load_failure(name_or_path, source, e) from e
     model._rloo_kit_backend = backend
@@ -62,13 +62,13 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     return model, tok
 
 
-def _load_transformers(source: str, load_in_4bit: bool, cuda: bool, bf16: bool, trust_remote_code: bool):
+def _load_transformers(source: str, load_in_4bit: bool, hw: Hardware, trust_remote_code: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    from .hardware import cpu_compute  # CPU: bf16 base weights where the CPU has native bf16 (LoRA stays fp32)
-
-    compute = torch.bfloat16 if cuda and bf16 else torch.float16 if cuda else \
-        torch.float32 if load_in_4bit else cpu_compute().dtype
+    cuda = hw.is_cuda
+    # CPU: bf16 base weights where the CPU has native bf16 (hardware.cpu_compute; LoRA stays fp32)
+    compute = torch.bfloat16 if cuda and hw.bf16 else torch.float16 if cuda else \
+        torch.bfloat16 if hw.cpu_bf16 and not load_in_4bit else torch.float32
     # one GPU per process under `accelerate launch` (local rank 0 otherwise)
     kwargs = dict(dtype=compute, device_map={"": local_process_index()} if cuda else "cpu", use_safetensors=True,
                   trust_remote_code=trust_remote_code)
@@ -152,11 +152,12 @@ def load_adapter(model, adapter_dir: str | Path, *, trainable: bool = False):
     """Put a saved adapter on a loaded base model."""
     from peft import PeftModel
 
-    _require_adapter(adapter_dir)
+    require_adapter(adapter_dir)
     return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=trainable)
 
 
-def _require_adapter(adapter_dir: str | Path) -> None:
+def require_adapter(adapter_dir: str | Path) -> None:
+    """Raise ModelSourceError, saying where to look, unless adapter_dir holds a saved adapter."""
     if not (Path(adapter_dir) / "adapter_config.json").is_file():
         raise ModelSourceError(f"No adapter in '{adapter_dir}' (adapter_config.json missing). Point to the "
                                "directory that train() or save_adapter() wrote, e.g. runs/train/adapter.")
@@ -164,7 +165,7 @@ def _require_adapter(adapter_dir: str | Path) -> None:
 
 def adapter_base_model(adapter_dir: str | Path) -> str:
     """The base model an adapter was trained on, as recorded in its adapter_config.json."""
-    _require_adapter(adapter_dir)
+    require_adapter(adapter_dir)
     cfg = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
     return cfg.get("base_model_name_or_path") or DEFAULT_MODEL
 

@@ -157,7 +157,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     k, length = config.num_generations, config.max_completion_length
     probe = max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
     funcs = [load_reward_model(f) if isinstance(f, str) else f for f in guard(reward_funcs or [], patience=10**9)]
-    validate_dataset(dataset, set().union(*(required_columns(f) for f in funcs if callable(f))), name="dataset")
+    validate_dataset(dataset, set().union(*map(required_columns, funcs)), name="dataset")
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
     if len(weights) != len(funcs):
         raise ConfigError(f"{len(weights)} reward weights for {len(funcs)} reward functions: give one weight each.")

@@ -235,9 +235,12 @@ def combine(*weighted: tuple[RewardFunc, float], name: str = "combined") -> Rewa
 
 
 def required_columns(fn: RewardFunc) -> set[str]:
-    """Dataset columns a reward function needs: its named parameters beyond TRL's own."""
+    """Dataset columns a reward function needs: its named parameters beyond TRL's own. A reward model
+    (a module, or a hub id / directory TRL loads) reads prompts and completions only."""
     if hasattr(fn, "required_columns"):
         return set(fn.required_columns)
+    if isinstance(fn, str) or _is_module(fn):
+        return set()
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

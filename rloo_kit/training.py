@@ -23,7 +23,7 @@ from .diagnostics import HealthMonitor
 from .distributed import barrier, is_main_process, plain_cpu_device, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
 from .live import attach_live_view
-from .models import attach_lora
+from .models import attach_lora, require_adapter
 from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
 from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
@@ -65,8 +65,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     else:
         validate_rloo_fields(vars(config), preset.max_seq_length)
     funcs = guard(reward_funcs if reward_funcs is not None else [], strict=strict_rewards)
-    validate_dataset(train_dataset, set().union(*(required_columns(f) for f in funcs if callable(f)
-                                                 and not isinstance(f, torch.nn.Module))))
+    validate_dataset(train_dataset, set().union(*map(required_columns, funcs)))
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patch_trl_for_cpu()
@@ -197,10 +196,8 @@ def adapter_or_quick_run(adapter_dir: str | Path | None, model_name: str, task: 
     `adapter_dir` when given (it must hold an adapter); else the one a previous run wrote (01_train's
     runs/train/adapter, `make demo`'s runs/demo/adapter, here or one folder up, as from notebooks/);
     when there is none, says so and trains a quick one, `steps` steps of `task`, into output_dir/adapter."""
-    from .models import _require_adapter
-
     if adapter_dir:
-        _require_adapter(adapter_dir)
+        require_adapter(adapter_dir)
         return Path(adapter_dir), False
     looked = [*DEFAULT_ADAPTERS, *(Path("..") / p for p in DEFAULT_ADAPTERS)]
     found = find_adapter(*looked)
