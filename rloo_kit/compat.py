@@ -12,6 +12,11 @@ the (tokens x vocabulary) logits are copied to fp32 for autograd to hold.
 pass per generation (`num_iterations=1`), the "old" log-probabilities that TRL computes without
 gradients for the KL penalty are the very values the loss's forward recomputes a moment later.
 The policy's forward then runs once, with gradients, and the loss reuses it.
+
+`contiguous_lm_head_input(model)` works around a costly torch matmul path: transformers feeds the LM
+head `hidden[:, -1:, :]` when generation starts, a non-contiguous slice, and `F.linear` on such a
+3-d input expands the (vocabulary x hidden) weight per row and copies it. On this CPU, 16 rows of
+SmolLM2 took 690 ms in bf16 (70 ms in fp32) against 3.4 ms for the same product on a contiguous copy.
 """
 
 from __future__ import annotations
@@ -169,6 +174,15 @@ def _legacy_chunk(hidden, weight, bias, targets, temperature, softcap, logit_sca
         mean_logits = z.mean(-1) if "mean_logits" in outputs else None
         is_top1 = (z.argmax(-1) == targets) if "is_top1" in outputs else None
     return logprobs, entropy, log_sum_sq, mean_logits, is_top1
+
+
+def contiguous_lm_head_input(model) -> None:
+    """Give the LM head a contiguous input (a copy of a few rows; a no-op when already contiguous). Idempotent."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or getattr(head, "_rloo_kit_contiguous", False):
+        return
+    head.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]) if args else None)
+    head._rloo_kit_contiguous = True
 
 
 def patch_trl_for_cpu() -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .attention import use_cpu_attention
+from .compat import contiguous_lm_head_input
 from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
@@ -53,6 +55,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     except OSError as e:
         raise _explain_load_failure(name_or_path, source, e) from e
     model._rloo_kit_backend = backend
+    contiguous_lm_head_input(model)
+    if model.device.type == "cpu" and model.dtype == torch.bfloat16:
+        use_cpu_attention(model)  # PyTorch's bf16 SDPA is slow on CPUs at RLOO's short sequences
     alias = ALIASES.get(name_or_path)
     if alias and tok.eos_token != alias.eos_token:  # the hub copy already has these; a GGUF build may not
         tok.eos_token, tok.pad_token = alias.eos_token, alias.pad_token

@@ -17,7 +17,8 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import RLOOConfig, RLOOTrainer
 
-from .compat import patch_trl_for_cpu, reuse_policy_forward
+from .compat import contiguous_lm_head_input, patch_trl_for_cpu, reuse_policy_forward
+from .cpu_step import speed_up_cpu_step
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
 from .distributed import barrier, is_main_process, plain_cpu_device, shards_parameters
@@ -69,6 +70,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patch_trl_for_cpu()
+    contiguous_lm_head_input(model)  # a model loaded outside the kit
     plain_cpu_device(config)
     monitor = HealthMonitor() if monitor is True else monitor or None
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
@@ -76,6 +78,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
                           callbacks=[*([monitor] if monitor else []), *callbacks])
     _use_base_as_reference(trainer.model)
     reuse_policy_forward(trainer)  # CPU, one pass per generation: the scoring forward doubles as the loss's
+    speed_up_cpu_step(trainer)  # CPU, bf16 base: merged weights for sampling, bf16 LoRA compute
     trainer.health_monitor = monitor
     if live:
         attach_live_view(trainer, monitor)

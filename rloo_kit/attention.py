@@ -1,0 +1,53 @@
+"""Attention for bf16 models on a CPU, where PyTorch's SDPA kernel is slow at RLOO's short sequences.
+
+On a CPU with native bf16 (no AMX), `scaled_dot_product_attention` in bf16 took 290 us per layer to
+decode one token for 16 sequences and 11 ms per layer for a forward and backward over 16 x 53 tokens;
+two batched matmuls and an fp32 softmax take 73 us and 2.1 ms (tiny fp32 SDPA: 55 us and 6 ms). That
+is transformers' eager attention, less its copy of keys and values for every query head: the query
+heads that share a key/value head are stacked into one matmul. Eager attention holds the whole score
+matrix, so beyond `SHORT_KEYS` keys (where SDPA's blocked kernel is faster again: 75 against 172 ms per
+layer at 256 keys) and on any other device or dtype, SDPA keeps the work. Figures: benchmarks/roofline.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "rloo_kit_cpu"  # the attention implementation's name in transformers' registry
+SHORT_KEYS = 128  # the longest key sequence given to the matmul path (measured crossover: ~170 keys)
+
+
+def grouped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' attention signature: query (b, heads, q, d), key/value (b, kv_heads, k, d), an additive
+    mask (b, 1, q, k) or None; returns the output as (b, q, heads, d) and no weights."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    b, heads, q, d = query.shape
+    kv_heads, k = key.shape[1], key.shape[2]
+    if (query.device.type != "cpu" or query.dtype != torch.bfloat16 or (q > 1 and k > SHORT_KEYS)
+            or (dropout and module.training) or heads % kv_heads):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    group = heads // kv_heads
+    scaling = d ** -0.5 if scaling is None else scaling
+    scores = (query.reshape(b, kv_heads, group * q, d) @ key.transpose(2, 3)).view(b, kv_heads, group, q, k)
+    scores = scores * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, None, :, :k]
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    out = (probs.view(b, kv_heads, group * q, k) @ value).view(b, heads, q, d)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_cpu_attention(model) -> bool:
+    """Switch a model that uses SDPA to `grouped_attention` (which hands long sequences back to SDPA).
+    Returns whether it was switched: models on another attention implementation keep theirs."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    AttentionInterface.register(NAME, grouped_attention)
+    AttentionMaskInterface.register(NAME, eager_mask)  # additive masks, which both paths take
+    model.set_attn_implementation(NAME)
+    return True

@@ -1,0 +1,227 @@
+"""The bf16 CPU step: the LM head's contiguous input, grouped attention against transformers' eager
+attention, the vectorised categorical draw, LoRA merged for sampling and put back bit for bit, and a
+step under bf16 LoRA compute that still trains fp32 adapters. Behaviour only, never timing
+(benchmarks/roofline.py measures the speed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rloo_kit import attention, compat, cpu_step
+
+
+def _tiny(tiny_model_dir, dtype=torch.bfloat16, attn="sdpa"):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=dtype, attn_implementation=attn)
+    return model, tok
+
+
+def _batch(tok, texts=("Add 3 and 4, then say the sum.", "Hi")):
+    return tok(list(texts), return_tensors="pt", padding=True)  # left padding: the second row is padded
+
+
+def _with_lora(model, seed=0):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                                             task_type="CAUSAL_LM"))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # a trained-looking adapter: B = 0 would merge to nothing
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+# ------------------------------------------------------------------------ the LM head's input
+
+def test_lm_head_gets_a_contiguous_input_once_hooked(tiny_model_dir):
+    model, tok = _tiny(tiny_model_dir)
+    seen = []
+    compat.contiguous_lm_head_input(model)
+    compat.contiguous_lm_head_input(model)  # idempotent: one hook
+    model.lm_head.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+    batch = _batch(tok)
+    with torch.no_grad():
+        last = model(**batch, logits_to_keep=1).logits  # the slice generation's first step takes
+        full = model(**batch).logits
+    assert seen == [True, True]
+    assert len(model.lm_head._forward_pre_hooks) == 2
+    torch.testing.assert_close(last[:, -1], full[:, -1])
+
+
+# ------------------------------------------------------------------------ grouped attention
+
+def _logits(model, batch):
+    with torch.no_grad():
+        return model(**batch).logits.float()[batch["attention_mask"].bool()]  # padded positions are undefined
+
+
+def test_grouped_attention_equals_eager_attention_in_bf16(tiny_model_dir):
+    model, tok = _tiny(tiny_model_dir)
+    assert attention.use_cpu_attention(model)
+    assert model.config._attn_implementation == attention.NAME
+    batch = _batch(tok)
+    grouped = _logits(model, batch)
+    greedy = model.generate(**batch, max_new_tokens=6, do_sample=False)
+    model.set_attn_implementation("eager")
+    torch.testing.assert_close(grouped, _logits(model, batch), rtol=0, atol=1e-2)
+    assert torch.equal(greedy, model.generate(**batch, max_new_tokens=6, do_sample=False))
+
+
+def test_grouped_attention_trains_like_eager(tiny_model_dir):
+    grads = {}
+    for attn in ("eager", attention.NAME):
+        model, tok = _tiny(tiny_model_dir)
+        attention.use_cpu_attention(model)
+        model.set_attn_implementation(attn)
+        model.get_input_embeddings().weight.requires_grad_(False)
+        batch = _batch(tok)
+        model(**batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)).loss.backward()
+        grads[attn] = model.model.layers[0].self_attn.q_proj.weight.grad.float()
+    torch.testing.assert_close(grads[attention.NAME], grads["eager"], rtol=0.02, atol=1e-3)
+
+
+def test_long_sequences_and_fp32_go_to_sdpa(tiny_model_dir, monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    calls = []
+    real = sdpa_attention.sdpa_attention_forward
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward",
+                        lambda module, q, *a, **k: calls.append(q.shape[2]) or real(module, q, *a, **k))
+    monkeypatch.setattr(attention, "SHORT_KEYS", 4)
+    model, tok = _tiny(tiny_model_dir)
+    attention.use_cpu_attention(model)
+    batch = _batch(tok)
+    prompt = batch["input_ids"].shape[1]
+    model.generate(**batch, max_new_tokens=3, do_sample=False)
+    assert calls == [prompt] * 2  # the prompt's pass (2 layers) is long; the decoding steps stay grouped
+    calls.clear()
+    model32, _ = _tiny(tiny_model_dir, dtype=torch.float32)
+    attention.use_cpu_attention(model32)
+    with torch.no_grad():
+        model32(**batch)
+    assert calls == [prompt] * 2
+
+
+def test_only_sdpa_models_are_switched(tiny_model_dir):
+    model, _ = _tiny(tiny_model_dir, attn="eager")
+    assert not attention.use_cpu_attention(model)
+    assert model.config._attn_implementation == "eager"
+
+
+# ------------------------------------------------------------------------ the categorical draw
+
+def test_categorical_draw_follows_the_probabilities():
+    torch.manual_seed(0)
+    probs = torch.tensor([[0.1, 0.0, 0.2, 0.7]]).repeat(40_000, 1)
+    with cpu_step.categorical_sampling():
+        assert torch.multinomial is not cpu_step._multinomial
+        draws = torch.multinomial(probs, num_samples=1)
+    assert torch.multinomial is cpu_step._multinomial
+    assert draws.shape == (40_000, 1) and draws.dtype == torch.int64
+    freq = torch.bincount(draws[:, 0], minlength=4).float() / len(draws)
+    torch.testing.assert_close(freq, probs[0], rtol=0, atol=0.01)  # 5 standard errors at 0.7
+    assert freq[1] == 0  # zero probability is never drawn
+
+
+def test_categorical_draw_refuses_what_torch_refuses():
+    bad = torch.tensor([[0.5, float("nan"), 0.5]])
+    with cpu_step.categorical_sampling(), pytest.raises(RuntimeError):
+        torch.multinomial(bad, num_samples=1)
+    with cpu_step.categorical_sampling():  # several draws per row: torch's own sampler
+        assert torch.multinomial(torch.tensor([[0.5, 0.5]]), num_samples=2, replacement=True).shape == (1, 2)
+    assert torch.multinomial is cpu_step._multinomial
+
+
+# ------------------------------------------------------------------------ LoRA merged for sampling
+
+def test_merged_lora_samples_the_policy_and_puts_the_weights_back(tiny_model_dir):
+    model = _with_lora(_tiny(tiny_model_dir)[0])
+    tok = _tiny(tiny_model_dir)[1]
+    batch = _batch(tok)
+    weights = {n: (p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters() if "lora_" not in n}
+    policy = _logits(model, batch)
+    with model.disable_adapter():
+        base = _logits(model, batch)
+    with cpu_step.merged_lora(model):
+        merged = _logits(model, batch)
+        layer = model.base_model.model.model.layers[0].self_attn.q_proj
+        assert layer.disable_adapters  # the adapter is in the weights, not added a second time
+    assert (policy - base).abs().max() > 0.1  # the adapter matters ...
+    torch.testing.assert_close(merged, policy, rtol=0, atol=0.05)  # ... and the merge carries it (bf16 rounding)
+    for n, p in model.named_parameters():
+        if "lora_" not in n:
+            assert p.data_ptr() == weights[n][0] and torch.equal(p, weights[n][1]), n
+    assert not layer.disable_adapters
+    torch.testing.assert_close(_logits(model, batch), policy, rtol=0, atol=0)
+
+
+def test_merged_lora_puts_the_weights_back_after_an_error(tiny_model_dir):
+    model = _with_lora(_tiny(tiny_model_dir)[0])
+    q = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight
+    before = q.detach().clone()
+    with pytest.raises(KeyboardInterrupt), cpu_step.merged_lora(model):
+        assert not torch.equal(q, before)
+        raise KeyboardInterrupt
+    assert torch.equal(q, before)
+
+
+def test_four_bit_or_dora_layers_are_not_merged(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = _tiny(tiny_model_dir, dtype=torch.float32)
+    dora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], use_dora=True, task_type="CAUSAL_LM"))
+    assert cpu_step._mergeable_layers(dora) == []
+
+
+# ------------------------------------------------------------------------ the whole step
+
+def _trainer(tiny_model_dir, tmp_path, overrides, dtype):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import RLOOConfig, RLOOTrainer
+
+    compat.patch_trl_for_cpu()
+    model, tok = _tiny(tiny_model_dir, dtype=dtype)
+    attention.use_cpu_attention(model)
+    train = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and {i + 1}."}] for i in range(8)]})
+
+    def short(completions, **_):
+        return [-float(len(c[0]["content"])) for c in completions]
+    args = RLOOConfig(output_dir=str(tmp_path / str(dtype)), use_cpu=True, bf16=False, max_steps=2, learning_rate=1e-2,
+                      beta=0.1, report_to="none", gradient_checkpointing=False, **overrides)
+    return RLOOTrainer(model=model, reward_funcs=short, args=args, train_dataset=train, processing_class=tok,
+                       peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"],
+                                              task_type="CAUSAL_LM"))
+
+
+def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir, tmp_path, cpu_tiny_overrides,
+                                                                   monkeypatch):
+    monkeypatch.setattr(compat, "_LEGACY", False)
+    trainer = _trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.bfloat16)
+    assert cpu_step.speed_up_cpu_step(trainer)
+    assert not cpu_step.speed_up_cpu_step(trainer)  # once per trainer
+    merges = []
+    real = cpu_step.merged_lora
+    monkeypatch.setattr(cpu_step, "merged_lora", lambda m: merges.append(1) or real(m))
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
+    trainer.train()
+    assert len(merges) == 2  # one sampling pass per step
+    lora = {n: p for n, p in trainer.model.named_parameters() if "lora_" in n}
+    assert {p.dtype for p in lora.values()} == {torch.float32}
+    assert any(p.abs().sum() > 0 for n, p in lora.items() if "lora_B" in n)  # zero at the start: it learned
+    assert all(torch.equal(p, base[n]) for n, p in trainer.model.named_parameters() if "lora_" not in n)
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2 and all(h["completions/mean_length"] > 0 for h in logs)
+
+
+def test_fp32_and_legacy_steps_are_left_as_they_are(tiny_model_dir, tmp_path, cpu_tiny_overrides, monkeypatch):
+    trainer = _trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.float32)
+    assert not cpu_step.speed_up_cpu_step(trainer)
+    monkeypatch.setattr(compat, "_LEGACY", True)
+    assert not cpu_step.speed_up_cpu_step(_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.bfloat16))
