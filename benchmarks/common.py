@@ -14,6 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
 WORKER = Path(__file__).parent / "rloo_run.py"
+LOAD_AT_START = os.getloadavg()[0]  # benchmarks import this module before they start work
 
 
 def stamp() -> dict:
@@ -27,7 +28,7 @@ def stamp() -> dict:
     script = Path(sys.argv[0]).resolve().relative_to(REPO)
     return {"command": " ".join([".venv/bin/python", str(script), *sys.argv[1:]]),
             "device": f"{hw.device} ({hw.name})", "cpu_count": hw.cpu_count,
-            "torch_threads": torch.get_num_threads(), "load_average_at_start": round(os.getloadavg()[0], 2),
+            "torch_threads": torch.get_num_threads(), "load_average_at_start": round(LOAD_AT_START, 2),
             "memory_gb": round(hw.total_memory_gb, 1), "python": platform.python_version(), "versions": versions}
 
 
@@ -48,6 +49,14 @@ def measure(**settings) -> dict:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def load_note(result: dict) -> str:
+    """One sentence on how busy the machine was when the stamp was taken: quiet, or shared and so noisy."""
+    load, cores = result["load_average_at_start"], result["cpu_count"]
+    busy = load > 0.5 * cores
+    return (f"Load average {load} on {cores} cores at the start: "
+            + ("other processes shared the cores, so compare ratios, not seconds." if busy else "a quiet machine."))
 
 
 def write(name: str, result: dict, table: list[str], notes: str = "") -> None:

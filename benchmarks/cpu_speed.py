@@ -3,14 +3,21 @@ default, side by side in one run: two worker processes (so each has its own peak
 their RLOO steps in lockstep, alternating who goes first, so that machine noise falls on both alike.
 Same model, task, preset (cpu), seed and step count; then held-out greedy accuracy of each.
 
-    .venv/bin/python benchmarks/cpu_speed.py [--steps 30] [--model smollm2-135m]
+    .venv/bin/python benchmarks/cpu_speed.py [--steps 30] [--model smollm2-135m] [--learning-seeds 1 2]
 
   legacy  RLOO_KIT_CPU_DTYPE=fp32 and rloo_kit.compat's 0.1 path: fp32 weights, log-softmax over the
           vocabulary through autograd in fp32, TRL's separate no-grad policy pass
   fast    the default: bf16 base weights where the CPU has native bf16 (hardware.cpu_compute; fp32 LoRA
-          weights and Adam states), the chunked log-prob function, the scoring forward reused by the loss
+          weights and Adam states), the chunked log-prob function, the scoring forward reused by the loss,
+          grouped attention (rloo_kit.attention), and rloo_kit.cpu_step: bf16 LoRA compute and a
+          vectorised categorical draw. Both paths give the LM head a contiguous input
+          (rloo_kit.compat), so the baseline is if anything a little faster than 0.1's
 
-Writes benchmarks/results/cpu-speed.{json,md}. Goals: median step time fast / legacy <= 0.5; held-out
+--learning-seeds repeats the training of both paths with other seeds, all at once on one thread each
+(their timings are not used): one run's held-out accuracy moves by several points with the luck of its
+samples, so the accuracy goal is judged on the mean over all seeds.
+
+Writes benchmarks/results/cpu-speed.{json,md}. Goals: median step time fast / legacy <= 0.5; mean held-out
 accuracy after the run within 0.05 of legacy's.
 """
 
@@ -28,7 +35,7 @@ from pathlib import Path
 PROTOCOL = "@@"  # worker lines for the parent start with this; everything else is the trainer's chatter
 
 
-def worker(path: str, steps: int, model_name: str, seed: int, n_test: int) -> None:
+def worker(path: str, steps: int, model_name: str, seed: int, n_test: int, lockstep: bool) -> None:
     import torch
     from transformers import TrainerCallback
 
@@ -53,8 +60,9 @@ def worker(path: str, steps: int, model_name: str, seed: int, n_test: int) -> No
             self.start, self.seconds = 0.0, []
 
         def on_step_begin(self, args, state, control, **kwargs):
-            say(ready=state.global_step)
-            sys.stdin.readline()  # wait for the parent's turn signal
+            if lockstep:
+                say(ready=state.global_step)
+                sys.stdin.readline()  # wait for the parent's turn signal
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
@@ -82,14 +90,16 @@ def worker(path: str, steps: int, model_name: str, seed: int, n_test: int) -> No
                 "torch_threads": torch.get_num_threads()})
 
 
-def start(path: str, a) -> subprocess.Popen:
+def start(path: str, a, seed: int, lockstep: bool = True) -> subprocess.Popen:
     env = dict(os.environ, TQDM_DISABLE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
     if path == "legacy":
         env["RLOO_KIT_CPU_DTYPE"] = "fp32"
+    if not lockstep:
+        env["OMP_NUM_THREADS"] = "1"  # several runs share the cores
     cmd = [sys.executable, __file__, "--worker", path, "--steps", str(a.steps), "--model", a.model,
-           "--seed", str(a.seed), "--n-test", str(a.n_test)]
+           "--seed", str(seed), "--n-test", str(a.n_test), *([] if lockstep else ["--free-running"])]
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                            stderr=open(f"runs/bench-cpu-speed-{path}.log", "w"))
+                            stderr=open(f"runs/bench-cpu-speed-{path}-{seed}.log", "w"))
 
 
 def expect(proc: subprocess.Popen, key: str) -> dict:
@@ -107,19 +117,21 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-test", type=int, default=50)
+    ap.add_argument("--learning-seeds", type=int, nargs="*", default=[])
     ap.add_argument("--worker", choices=("legacy", "fast"))
+    ap.add_argument("--free-running", action="store_true")
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.steps, a.model, a.seed, a.n_test)
+        return worker(a.worker, a.steps, a.model, a.seed, a.n_test, lockstep=not a.free_running)
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from common import median, stamp, write
+    from common import load_note, median, stamp, write
 
     from rloo_kit.hardware import cpu_compute
 
     Path("runs").mkdir(exist_ok=True)
     paths = ("legacy", "fast")
-    procs = {p: start(p, a) for p in paths}
+    procs = {p: start(p, a, a.seed) for p in paths}
     for step in range(a.steps):
         for p in (paths if step % 2 == 0 else paths[::-1]):  # alternate who goes first
             expect(procs[p], "ready")
@@ -130,30 +142,40 @@ def main() -> None:
     runs = {p: expect(procs[p], "result")["result"] for p in paths}
     for p in paths:
         procs[p].wait()
+    others = {(p, s): start(p, a, s, lockstep=False) for s in a.learning_seeds for p in paths}
+    more = {key: expect(proc, "result")["result"] for key, proc in others.items()}
+    accuracy = {p: [runs[p]["accuracy_after"], *(more[p, s]["accuracy_after"] for s in a.learning_seeds)]
+                for p in paths}
+    mean_accuracy = {p: sum(accuracy[p]) / len(accuracy[p]) for p in paths}
     choice = cpu_compute()
     step = {p: median(runs[p]["step_seconds"][1:]) for p in paths}  # the first step pays for warm-up
     ratio = step["fast"] / step["legacy"]
-    gap = runs["fast"]["accuracy_after"] - runs["legacy"]["accuracy_after"]
+    gap = mean_accuracy["fast"] - mean_accuracy["legacy"]
     result = {**stamp(), "cpu_flags": list(choice.flags), "cpu_path": choice.describe(), "settings": vars(a),
               "median_step_seconds": step, "step_time_ratio_fast_over_legacy": round(ratio, 4),
               "goal_ratio": "<= 0.5", "ratio_met": ratio <= 0.5, "accuracy_gap": round(gap, 4),
-              "goal_accuracy": "within 0.05 of legacy", "accuracy_met": abs(gap) <= 0.05 or gap > 0, "runs": runs}
-    rows = ["| path | base weights | median step (s) | peak RSS (GiB) | held-out accuracy before -> after |",
-            "|---|---|---|---|---|"]
+              "seeds": [a.seed, *a.learning_seeds], "accuracy_after_by_seed": accuracy,
+              "mean_accuracy_after": mean_accuracy,
+              "goal_accuracy": "mean within 0.05 of legacy", "accuracy_met": abs(gap) <= 0.05 or gap > 0, "runs": runs,
+              "learning_runs": {f"{p}-seed{s}": r for (p, s), r in more.items()}}
+    seeds = ", ".join(str(s) for s in [a.seed, *a.learning_seeds])
+    rows = ["| path | base weights | median step (s) | peak RSS (GiB) | held-out accuracy before -> after | "
+            f"after, seeds {seeds} | mean after |", "|---|---|---|---|---|---|---|"]
     for p in paths:
         r = runs[p]
         rows.append(f"| {p} | {', '.join(r['base_weights'])} | {step[p]:.2f} | {r['peak_rss_gb']:.2f} | "
-                    f"{r['accuracy_before']:.2f} -> {r['accuracy_after']:.2f} |")
+                    f"{r['accuracy_before']:.2f} -> {r['accuracy_after']:.2f} | "
+                    f"{' / '.join(f'{x:.2f}' for x in accuracy[p])} | {mean_accuracy[p]:.3f} |")
     met = "met" if ratio <= 0.5 else "NOT met"
-    rows += ["", f"median step time fast / legacy: **{ratio:.2f}** (goal <= 0.5: {met}); "
-             f"accuracy after {a.steps} steps, fast - legacy: {gap:+.2f} (goal: within 0.05, or better)"]
+    acc_met = "met" if result["accuracy_met"] else "NOT met"
+    rows += ["", f"median step time fast / legacy: **{ratio:.2f}** (goal <= 0.5: {met}); mean held-out accuracy "
+             f"after {a.steps} steps, fast - legacy: **{gap:+.3f}** (goal: within 0.05, or better: {acc_met})"]
     write("cpu-speed", result, rows, notes=(
         f"CPU flags: {', '.join(choice.flags) or 'none reported'}. This machine's path: {choice.describe()}. "
         f"{a.steps} RLOO steps each (cpu preset: 4 prompts x 4 completions of up to 16 tokens, SmolLM2-135M, "
         f"LoRA r=16), seed {a.seed}, taken in lockstep from two processes, alternating who goes first; the first "
-        f"step of each is left out. Held-out: {a.n_test} arithmetic prompts, greedy. Peak RSS includes the "
-        f"evaluation before training. Other processes shared the 2 cores during the run: compare the ratio, "
-        f"not the absolute seconds."))
+        f"step of each is left out; step times and memory come from that pair (seed {a.seed}). Held-out: {a.n_test} "
+        f"arithmetic prompts, greedy. Peak RSS includes the evaluation before training. {load_note(result)}"))
 
 
 if __name__ == "__main__":

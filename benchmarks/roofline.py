@@ -190,7 +190,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.path == "legacy":
         os.environ["RLOO_KIT_CPU_DTYPE"] = "fp32"
-    from common import stamp, write
+    from common import load_note, stamp, write
 
     import rloo_kit
     from rloo_kit import compat
@@ -249,7 +249,7 @@ def main() -> None:
              f"{result['cpu_path']}. Step: {shapes['batch']} completions x ({shapes['seq'] - shapes['completion']} "
              f"prompt + {shapes['completion']} completion tokens), completions forced to full length; mean of "
              f"steps 2..{a.steps}. Whole step at {whole:.0f} GFLOP/s = {100 * whole / ref_peak:.0f}% of the "
-             f"{result['reference_peak']} peak. Other processes shared the 2 cores: figures are noisy.")
+             f"{result['reference_peak']} peak. {load_note(result)}")
     write("roofline" if a.path == "fast" else "roofline-legacy", result, rows, notes=notes)
 
 

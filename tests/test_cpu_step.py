@@ -1,7 +1,6 @@
 """The bf16 CPU step: the LM head's contiguous input, grouped attention against transformers' eager
-attention, the vectorised categorical draw, LoRA merged for sampling and put back bit for bit, and a
-step under bf16 LoRA compute that still trains fp32 adapters. Behaviour only, never timing
-(benchmarks/roofline.py measures the speed)."""
+attention, the vectorised categorical draw, and a step under bf16 LoRA compute that still trains fp32
+adapters. Behaviour only, never timing (benchmarks/roofline.py measures the speed)."""
 
 from __future__ import annotations
 
@@ -22,19 +21,6 @@ def _tiny(tiny_model_dir, dtype=torch.bfloat16, attn="sdpa"):
 
 def _batch(tok, texts=("Add 3 and 4, then say the sum.", "Hi")):
     return tok(list(texts), return_tensors="pt", padding=True)  # left padding: the second row is padded
-
-
-def _with_lora(model, seed=0):
-    from peft import LoraConfig, get_peft_model
-
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                                             task_type="CAUSAL_LM"))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:  # a trained-looking adapter: B = 0 would merge to nothing
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    return model
 
 
 # ------------------------------------------------------------------------ the LM head's input
@@ -138,47 +124,6 @@ def test_categorical_draw_refuses_what_torch_refuses():
     assert torch.multinomial is cpu_step._multinomial
 
 
-# ------------------------------------------------------------------------ LoRA merged for sampling
-
-def test_merged_lora_samples_the_policy_and_puts_the_weights_back(tiny_model_dir):
-    model = _with_lora(_tiny(tiny_model_dir)[0])
-    tok = _tiny(tiny_model_dir)[1]
-    batch = _batch(tok)
-    weights = {n: (p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters() if "lora_" not in n}
-    policy = _logits(model, batch)
-    with model.disable_adapter():
-        base = _logits(model, batch)
-    with cpu_step.merged_lora(model):
-        merged = _logits(model, batch)
-        layer = model.base_model.model.model.layers[0].self_attn.q_proj
-        assert layer.disable_adapters  # the adapter is in the weights, not added a second time
-    assert (policy - base).abs().max() > 0.1  # the adapter matters ...
-    torch.testing.assert_close(merged, policy, rtol=0, atol=0.05)  # ... and the merge carries it (bf16 rounding)
-    for n, p in model.named_parameters():
-        if "lora_" not in n:
-            assert p.data_ptr() == weights[n][0] and torch.equal(p, weights[n][1]), n
-    assert not layer.disable_adapters
-    torch.testing.assert_close(_logits(model, batch), policy, rtol=0, atol=0)
-
-
-def test_merged_lora_puts_the_weights_back_after_an_error(tiny_model_dir):
-    model = _with_lora(_tiny(tiny_model_dir)[0])
-    q = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight
-    before = q.detach().clone()
-    with pytest.raises(KeyboardInterrupt), cpu_step.merged_lora(model):
-        assert not torch.equal(q, before)
-        raise KeyboardInterrupt
-    assert torch.equal(q, before)
-
-
-def test_four_bit_or_dora_layers_are_not_merged(tiny_model_dir):
-    from peft import LoraConfig, get_peft_model
-
-    model, _ = _tiny(tiny_model_dir, dtype=torch.float32)
-    dora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], use_dora=True, task_type="CAUSAL_LM"))
-    assert cpu_step._mergeable_layers(dora) == []
-
-
 # ------------------------------------------------------------------------ the whole step
 
 def _trainer(tiny_model_dir, tmp_path, overrides, dtype):
@@ -206,18 +151,21 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     trainer = _trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.bfloat16)
     assert cpu_step.speed_up_cpu_step(trainer)
     assert not cpu_step.speed_up_cpu_step(trainer)  # once per trainer
-    merges = []
-    real = cpu_step.merged_lora
-    monkeypatch.setattr(cpu_step, "merged_lora", lambda m: merges.append(1) or real(m))
+    draws, autocast = [], []
+    real = cpu_step._categorical
+    monkeypatch.setattr(cpu_step, "_categorical", lambda *a, **k: draws.append(1) or real(*a, **k))
+    lora_a = trainer.model.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"]
+    lora_a.register_forward_hook(lambda m, i, o: autocast.append((torch.is_autocast_enabled("cpu"), o.dtype)))
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
     trainer.train()
-    assert len(merges) == 2  # one sampling pass per step
+    assert set(autocast) == {(True, torch.bfloat16)}  # the adapter ran in bf16, sampling and scoring alike
     lora = {n: p for n, p in trainer.model.named_parameters() if "lora_" in n}
     assert {p.dtype for p in lora.values()} == {torch.float32}
     assert any(p.abs().sum() > 0 for n, p in lora.items() if "lora_B" in n)  # zero at the start: it learned
     assert all(torch.equal(p, base[n]) for n, p in trainer.model.named_parameters() if "lora_" not in n)
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 2 and all(h["completions/mean_length"] > 0 for h in logs)
+    assert len(draws) == sum(h["completions/max_length"] for h in logs)  # one draw per token of the longest
 
 
 def test_fp32_and_legacy_steps_are_left_as_they_are(tiny_model_dir, tmp_path, cpu_tiny_overrides, monkeypatch):
