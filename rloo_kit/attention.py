@@ -2,11 +2,12 @@
 
 On a CPU with native bf16 (no AMX), `scaled_dot_product_attention` in bf16 took 290 us per layer to
 decode one token for 16 sequences and 11 ms per layer for a forward and backward over 16 x 53 tokens;
-two batched matmuls and an fp32 softmax take 73 us and 2.1 ms (tiny fp32 SDPA: 55 us and 6 ms). That
-is transformers' eager attention, less its copy of keys and values for every query head: the query
-heads that share a key/value head are stacked into one matmul. Eager attention holds the whole score
-matrix, so beyond `SHORT_KEYS` keys (where SDPA's blocked kernel is faster again: 75 against 172 ms per
-layer at 256 keys) and on any other device or dtype, SDPA keeps the work. Figures: benchmarks/roofline.py.
+two batched matmuls and a softmax take 73 us and 2.1 ms. That is transformers' eager attention, less its
+copy of keys and values for every query head: the query heads that share a key/value head are stacked
+into one matmul. Scores and weights are fp32 (bf16 scores doubled the error against an fp64 reference;
+in fp32 it equals SDPA's, which accumulates in fp32), for ~20% more time in attention. The whole score
+matrix is held, so beyond `SHORT_KEYS` keys (where SDPA's blocked kernel is faster again: 75 against
+172 ms per layer at 256 keys) and on any other device or dtype, SDPA keeps the work.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
                                       **kwargs)
     group = heads // kv_heads
     scaling = d ** -0.5 if scaling is None else scaling
-    scores = (query.reshape(b, kv_heads, group * q, d) @ key.transpose(2, 3)).view(b, kv_heads, group, q, k)
-    scores = scores * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask[:, :, None, :, :k]
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    out = (probs.view(b, kv_heads, group * q, k) @ value).view(b, heads, q, d)
-    return out.transpose(1, 2).contiguous(), None
+    with torch.autocast("cpu", enabled=False):  # fp32 scores and weights, as SDPA accumulates them
+        scores = query.float().reshape(b, kv_heads, group * q, d) @ key.float().transpose(2, 3)
+        scores = scores.view(b, kv_heads, group, q, k) * scaling
+        if attention_mask is not None:
+            scores = scores + attention_mask[:, :, None, :, :k]
+        probs = torch.softmax(scores, dim=-1)
+        out = (probs.view(b, kv_heads, group * q, k) @ value.float()).view(b, heads, q, d)
+    return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
 def use_cpu_attention(model) -> bool:

@@ -47,29 +47,48 @@ def _logits(model, batch):
         return model(**batch).logits.float()[batch["attention_mask"].bool()]  # padded positions are undefined
 
 
-def test_grouped_attention_equals_eager_attention_in_bf16(tiny_model_dir):
+def _errors(model, reference, batch):
+    """Mean and largest logit error against the same weights in fp32."""
+    err = (_logits(model, batch) - _logits(reference, batch)).abs()
+    return err.mean().item(), err.max().item()
+
+
+def test_grouped_attention_is_as_precise_as_sdpa(tiny_model_dir):
     model, tok = _tiny(tiny_model_dir)
+    reference, _ = _tiny(tiny_model_dir)
+    reference.float()  # the bf16 weights, computed in fp32
+    batch = _batch(tok)
+    sdpa = _errors(model, reference, batch)
     assert attention.use_cpu_attention(model)
     assert model.config._attn_implementation == attention.NAME
-    batch = _batch(tok)
-    grouped = _logits(model, batch)
-    greedy = model.generate(**batch, max_new_tokens=6, do_sample=False)
-    model.set_attn_implementation("eager")
-    torch.testing.assert_close(grouped, _logits(model, batch), rtol=0, atol=1e-2)
-    assert torch.equal(greedy, model.generate(**batch, max_new_tokens=6, do_sample=False))
+    grouped = _errors(model, reference, batch)
+    assert grouped[0] <= 1.25 * sdpa[0] and grouped[1] <= 1.25 * sdpa[1], (grouped, sdpa)
+    with torch.no_grad():  # the decoding steps: one query against the cache, padding included
+        cached = model(**batch, use_cache=True)
+        step = {"input_ids": cached.logits[:, -1].argmax(-1, keepdim=True),
+                "attention_mask": torch.cat([batch["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1)}
+        one = model(**step, past_key_values=cached.past_key_values).logits[:, -1].float()
+        full = model(input_ids=torch.cat([batch["input_ids"], step["input_ids"]], 1),
+                     attention_mask=step["attention_mask"]).logits[:, -1].float()
+    torch.testing.assert_close(one, full, rtol=0, atol=0.05)
 
 
-def test_grouped_attention_trains_like_eager(tiny_model_dir):
+def test_grouped_attention_trains_like_sdpa(tiny_model_dir):
     grads = {}
-    for attn in ("eager", attention.NAME):
+    for attn in ("sdpa", attention.NAME):
         model, tok = _tiny(tiny_model_dir)
         attention.use_cpu_attention(model)
         model.set_attn_implementation(attn)
         model.get_input_embeddings().weight.requires_grad_(False)
-        batch = _batch(tok)
-        model(**batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)).loss.backward()
-        grads[attn] = model.model.layers[0].self_attn.q_proj.weight.grad.float()
-    torch.testing.assert_close(grads[attention.NAME], grads["eager"], rtol=0.02, atol=1e-3)
+        batch = _batch(tok, ("Add 3 and 4, then say the sum.", "Hi there, friend"))  # 2nd row: left padding
+        labels = batch["input_ids"].clone()
+        labels[:, :-4] = -100  # the last tokens, as RLOO scores completions (never a padded position's output)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # as the bf16 CPU step runs it
+            model(**batch, labels=labels).loss.backward()
+        grads[attn] = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+    cosine = torch.nn.functional.cosine_similarity(grads[attention.NAME], grads["sdpa"], dim=0)
+    assert cosine > 0.99
+    assert grads[attention.NAME].norm() == pytest.approx(grads["sdpa"].norm().item(), rel=0.05)
 
 
 def test_long_sequences_and_fp32_go_to_sdpa(tiny_model_dir, monkeypatch):
@@ -136,11 +155,11 @@ def _trainer(tiny_model_dir, tmp_path, overrides, dtype):
     attention.use_cpu_attention(model)
     train = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and {i + 1}."}] for i in range(8)]})
 
-    def short(completions, **_):
-        return [-float(len(c[0]["content"])) for c in completions]
+    def checksum(completions, **_):  # any function of the text: random completions score apart
+        return [float(sum(map(ord, c[0]["content"])) % 10) for c in completions]
     args = RLOOConfig(output_dir=str(tmp_path / str(dtype)), use_cpu=True, bf16=False, max_steps=2, learning_rate=1e-2,
                       beta=0.1, report_to="none", gradient_checkpointing=False, **overrides)
-    return RLOOTrainer(model=model, reward_funcs=short, args=args, train_dataset=train, processing_class=tok,
+    return RLOOTrainer(model=model, reward_funcs=checksum, args=args, train_dataset=train, processing_class=tok,
                        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"],
                                               task_type="CAUSAL_LM"))
 
