@@ -119,7 +119,8 @@ def cpu_path_summary(choice: CpuCompute | None = None) -> str:
     """One line for `rloo-kit doctor`: the CPU training path this machine gets, and why."""
     choice = choice or cpu_compute()
     flags = ", ".join(choice.flags) or "none reported"
-    how = ("bf16 base weights, fp32 LoRA weights and Adam states" if choice.bf16 else "fp32 throughout")
+    how = ("bf16 base weights and LoRA compute, fp32 LoRA weights and Adam states, grouped attention"
+           if choice.bf16 else "fp32 throughout")
     return f"{how} ({choice.reason}; flags: {flags}; {CPU_DTYPE_ENV}=fp32|bf16 overrides)"
 
 
