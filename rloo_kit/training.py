@@ -8,8 +8,11 @@ and turns a CUDA out-of-memory into advice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -121,7 +124,8 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
         log.warning("Resuming from %s.", checkpoint) if checkpoint else log.warning(
             "resume=True but no checkpoint in %s: starting from step 0.", out)
     try:
-        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        with _ctrl_c_kept(trainer):
+            result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except KeyboardInterrupt:
         saved = _save_interrupted(trainer)
         if is_main_process() and saved:
@@ -138,6 +142,36 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     trainer.save_model(str(out / ADAPTER_DIR))  # every process takes part (ZeRO-3 gathers); the main one writes
     barrier()  # no process goes on before the adapter is on disk
     return result
+
+
+@contextlib.contextmanager
+def _ctrl_c_kept(trainer: RLOOTrainer) -> Iterator[None]:
+    """Make sure a Ctrl-C stops the run. Python raises KeyboardInterrupt wherever the main thread happens
+    to be, and where that is a finalizer (`__del__`, a weakref callback) the exception is printed as
+    "Exception ignored" and lost: the run went on to its last step. Here the handler also notes the
+    interrupt, and the end of the step it landed in raises it again. Main thread only (signals are)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+
+    def on_sigint(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    class RaiseNotedInterrupt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if noted:
+                raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    check = RaiseNotedInterrupt()
+    trainer.add_callback(check)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        trainer.remove_callback(check)
 
 
 _NOT_GATHERED = ("The weights are split across processes (DeepSpeed ZeRO-3 or FSDP), so no adapter was gathered "
