@@ -13,6 +13,7 @@ matrix is held, so beyond `SHORT_KEYS` keys (where SDPA's blocked kernel is fast
 from __future__ import annotations
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 NAME = "rloo_kit_cpu"  # the attention implementation's name in transformers' registry
 SHORT_KEYS = 128  # the longest key sequence given to the matmul path (measured crossover: ~170 keys)
@@ -21,8 +22,6 @@ SHORT_KEYS = 128  # the longest key sequence given to the matmul path (measured 
 def grouped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' attention signature: query (b, heads, q, d), key/value (b, kv_heads, k, d), an additive
     mask (b, 1, q, k) or None; returns the output as (b, q, heads, d) and no weights."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     b, heads, q, d = query.shape
     kv_heads, k = key.shape[1], key.shape[2]
     if (query.device.type != "cpu" or query.dtype != torch.bfloat16 or (q > 1 and k > SHORT_KEYS)

@@ -1,5 +1,5 @@
-"""What the tests that run `rloo-kit train` in a subprocess share: the arguments of a tiny run, the
-command that runs it in one process, and the command that runs it in several under `accelerate launch`."""
+"""What tests share: the arguments of a tiny `rloo-kit train` run, the command that runs it in one process
+and the one that runs it in several under `accelerate launch`, and TRL's own trainer on the tiny model."""
 
 from __future__ import annotations
 
@@ -95,3 +95,20 @@ def logits(model, tokenizer, text: str = "What is 2+2?"):
     ids = tokenizer(text, return_tensors="pt").input_ids
     with torch.no_grad():
         return model.eval()(ids).logits
+
+
+def plain_trainer(model, tokenizer, output_dir, overrides: dict, reward, targets=("q_proj",)):
+    """TRL's own RLOOTrainer, not the kit's `build_trainer`: 8 "Add i and i+1." prompts, 2 steps, lr 1e-2,
+    beta 0.1, LoRA r=4 on `targets`, with the kit's CPU log-prob shim. `overrides` are RLOOConfig fields."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import RLOOConfig, RLOOTrainer
+
+    from rloo_kit import compat
+
+    compat.patch_trl_for_cpu()
+    train = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and {i + 1}."}] for i in range(8)]})
+    args = RLOOConfig(output_dir=str(output_dir), use_cpu=True, bf16=False, max_steps=2, learning_rate=1e-2,
+                      beta=0.1, report_to="none", **{"gradient_checkpointing": False, **overrides})
+    return RLOOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=train, processing_class=tokenizer,
+                       peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=list(targets), task_type="CAUSAL_LM"))

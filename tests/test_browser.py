@@ -295,7 +295,6 @@ def test_01_train_live_view(lab, browser):
     page.close()
 
 
-
 def test_stop_button_stops_a_run_and_keeps_the_adapter(lab, browser):
     """01_train set for 200 steps: press Stop once the first step is shown; the run ends after the step it
     is in, the rest of the notebook runs, and the adapter is saved."""

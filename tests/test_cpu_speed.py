@@ -10,6 +10,8 @@ import torch
 from rloo_kit import compat
 from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, cpu_compute
 
+from .helpers import plain_trainer
+
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 
 
@@ -153,25 +155,15 @@ def test_failed_quick_check_falls_back_to_fp32(monkeypatch):
 # ------------------------------------------------------------------------ the reused policy forward
 
 def _tiny_trainer(tiny_model_dir, tmp_path, overrides, reuse):
-    from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import RLOOConfig, RLOOTrainer
 
-    compat.patch_trl_for_cpu()
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    train = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and {i + 1}."}] for i in range(8)]})
 
     def short(completions, **_):
         return [-float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
-    args = RLOOConfig(output_dir=str(tmp_path / ("reuse" if reuse else "plain")), use_cpu=True, bf16=False,
-                      max_steps=2, learning_rate=1e-2, beta=0.1, report_to="none",
-                      **{"gradient_checkpointing": False, **overrides})
-    trainer = RLOOTrainer(model=model, reward_funcs=short, args=args, train_dataset=train,
-                          processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"],
-                                                                        task_type="CAUSAL_LM"))
+    trainer = plain_trainer(model, tok, tmp_path / ("reuse" if reuse else "plain"), overrides, short)
     if reuse:
         assert compat.reuse_policy_forward(trainer)
     return trainer

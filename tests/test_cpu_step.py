@@ -9,6 +9,8 @@ import torch
 
 from rloo_kit import attention, compat, cpu_step
 
+from .helpers import plain_trainer
+
 
 def _tiny(tiny_model_dir, dtype=torch.bfloat16, attn="sdpa"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -92,11 +94,9 @@ def test_grouped_attention_trains_like_sdpa(tiny_model_dir):
 
 
 def test_long_sequences_and_fp32_go_to_sdpa(tiny_model_dir, monkeypatch):
-    from transformers.integrations import sdpa_attention
-
     calls = []
-    real = sdpa_attention.sdpa_attention_forward
-    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward",
+    real = attention.sdpa_attention_forward
+    monkeypatch.setattr(attention, "sdpa_attention_forward",
                         lambda module, q, *a, **k: calls.append(q.shape[2]) or real(module, q, *a, **k))
     monkeypatch.setattr(attention, "SHORT_KEYS", 4)
     model, tok = _tiny(tiny_model_dir)
@@ -146,22 +146,12 @@ def test_categorical_draw_refuses_what_torch_refuses():
 # ------------------------------------------------------------------------ the whole step
 
 def _trainer(tiny_model_dir, tmp_path, overrides, dtype):
-    from datasets import Dataset
-    from peft import LoraConfig
-    from trl import RLOOConfig, RLOOTrainer
-
-    compat.patch_trl_for_cpu()
     model, tok = _tiny(tiny_model_dir, dtype=dtype)
     attention.use_cpu_attention(model)
-    train = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and {i + 1}."}] for i in range(8)]})
 
     def checksum(completions, **_):  # any function of the text: random completions score apart
         return [float(sum(map(ord, c[0]["content"])) % 10) for c in completions]
-    args = RLOOConfig(output_dir=str(tmp_path / str(dtype)), use_cpu=True, bf16=False, max_steps=2, learning_rate=1e-2,
-                      beta=0.1, report_to="none", gradient_checkpointing=False, **overrides)
-    return RLOOTrainer(model=model, reward_funcs=checksum, args=args, train_dataset=train, processing_class=tok,
-                       peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"],
-                                              task_type="CAUSAL_LM"))
+    return plain_trainer(model, tok, tmp_path / str(dtype), overrides, checksum, targets=("q_proj", "down_proj"))
 
 
 def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir, tmp_path, cpu_tiny_overrides,
