@@ -84,8 +84,11 @@ def arithmetic_rows(n: int = 16):
 
 
 def length_reward(prompts, completions, **kwargs):
-    """Varies across completions, so every group has a spread and LoRA gets a gradient."""
-    return [float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+    """The completion's length in characters plus a tenth of a content checksum. The tiny model's completions
+    are all cut at the same token count more often than not, so length alone can leave a group without
+    spread and LoRA without a gradient; the checksum makes completions that differ in any way score apart."""
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [len(t) + (sum(map(ord, t)) % 10) / 10 for t in texts]
 
 
 def logits(model, tokenizer, text: str = "What is 2+2?"):

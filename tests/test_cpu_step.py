@@ -9,7 +9,7 @@ import torch
 
 from rloo_kit import attention, compat, cpu_step
 
-from .helpers import plain_trainer
+from .helpers import length_reward, plain_trainer
 
 
 def _tiny(tiny_model_dir, dtype=torch.bfloat16, attn="sdpa"):
@@ -148,10 +148,7 @@ def test_categorical_draw_refuses_what_torch_refuses():
 def _trainer(tiny_model_dir, tmp_path, overrides, dtype):
     model, tok = _tiny(tiny_model_dir, dtype=dtype)
     attention.use_cpu_attention(model)
-
-    def checksum(completions, **_):  # any function of the text: random completions score apart
-        return [float(sum(map(ord, c[0]["content"])) % 10) for c in completions]
-    return plain_trainer(model, tok, tmp_path / str(dtype), overrides, checksum, targets=("q_proj", "down_proj"))
+    return plain_trainer(model, tok, tmp_path / str(dtype), overrides, length_reward, targets=("q_proj", "down_proj"))
 
 
 def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir, tmp_path, cpu_tiny_overrides,

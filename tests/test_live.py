@@ -9,10 +9,7 @@ from rloo_kit import build_trainer, train
 from rloo_kit.diagnostics import HealthMonitor, Thresholds
 from rloo_kit.live import REPLACED_CALLBACKS, LiveView, attach_live_view, choose_mode
 
-
-def length_reward(prompts, completions, **kwargs):
-    """Varies across completions, so groups have a spread and advantages are not all zero."""
-    return [float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+from .helpers import length_reward
 
 
 def first_char_reward(prompts, completions, **kwargs):
