@@ -1,21 +1,29 @@
 """TRL's RLOO step made faster on a CPU with bf16 base weights, where small operations, not FLOPs, bound it.
 
 - bf16 LoRA compute. PEFT runs each adapter in its weights' dtype (fp32, which the optimizer needs), so
-  every adapted matrix casts its bf16 input to fp32 and its output back, in every forward and backward,
-  sampling included. Under bf16 autocast with PEFT's input casting off, the adapter's matmuls run in bf16
-  on bf16 activations (autocast casts the small fp32 adapter weights once per step) and the fp32 weights
-  still receive the gradients, as in GPU mixed-precision training.
-- A vectorised categorical draw while TRL samples. `torch.multinomial` draws its exponential variates one
-  at a time on a CPU: 13 ms for 16 x 49k probabilities, once per token. `argmax(p / E)` with `E = -log(U)`
-  is the same draw (the exponential race torch itself runs) from a vectorised uniform in ~2.5 ms.
+  every adapted matrix casts its bf16 input to fp32 and its output back, in every forward and backward.
+  Under bf16 autocast with PEFT's input casting off, the adapter's matmuls run in bf16 on bf16
+  activations and the fp32 weights still receive the gradients, as in GPU mixed-precision training.
+- Sampling, a token at a time for 16 rows, pays per call, not per FLOP:
+  - packed base weights: oneDNN re-lays a bf16 weight out for its kernel on every call, a quarter of
+    each decoding matmul and half of the 49k-wide LM head. The frozen base matrices are packed once (a
+    second copy of them in memory) and used for small no-grad batches;
+  - a lean LoRA forward: PEFT's runs four module calls and four more operations per layer and token,
+    which cost more than its two matmuls: 29% of sampling went to the adapters. Base output plus one
+    `addmm_`, with the adapter cast to bf16 once per generation;
+  - inference mode (TRL hands the completions back as lists: nothing of it reaches autograd);
+  - a cheaper categorical draw: `torch.multinomial` draws one exponential variate per vocabulary entry,
+    one at a time, on a CPU: 13 ms for 16 x 49k probabilities, once per token. Inverting the cumulative
+    distribution at one uniform per row is the same draw in 0.4 ms.
 
-Each was measured in one process, alternating per step, on SmolLM2-135M at the cpu preset: -6% of the
-step each (benchmarks/results/roofline.md has the phases). Tried and dropped: merging LoRA into the bf16
-weights for sampling (-6% more). A young adapter's B A is mostly below half a bf16 step of the weight it
-is added to, so the merge rounds it away and the sampler lags the policy: with B grown by the learning
-rate per step, 93% of SmolLM2's merged delta entries were zero after one step, 55% after ten, 27% after
-thirty. Added at each activation instead, as here, the rounding falls differently on every token and
-the adapter's effect survives on average.
+Measured in one process, alternating variants per step, on SmolLM2-135M at the cpu preset: sampling
+-29%, the step -12% against the bf16 step without these four (benchmarks/results/roofline.md has the
+phases). Tried and dropped: fp32 adapters while sampling (a decoding token's rank-16 matmuls are 3x
+faster in fp32, but the prompt's pass then adds bf16 to fp32 tensors, which is slow); merging LoRA into
+the bf16 weights for sampling: a young adapter's B A is mostly below half a bf16 step of the weight it
+is added to, so the merge rounds it away and the sampler lags the policy (93% of SmolLM2's merged delta
+entries were zero after one step, 27% after thirty); torch.compile of the decoder layers: 15 s to
+compile, then a recompile per layer as the cache grows.
 """
 
 from __future__ import annotations
@@ -25,18 +33,25 @@ import types
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 
 _multinomial = torch.multinomial
+PACKED_ROWS = 64  # up to this many rows a call (decoding), the packed weights; above it oneDNN's own layout pays
 
 
 def _categorical(probs, num_samples, replacement=False, *, generator=None, out=None):
-    """torch.multinomial, vectorised for the one case generation uses: one draw per row of a CPU matrix.
-    Anything else, and probabilities torch would reject (negative, inf, nan), go to torch.multinomial."""
-    if (num_samples != 1 or probs.dim() != 2 or probs.device.type != "cpu" or out is not None
-            or not torch.isfinite(probs).all() or (probs < 0).any()):
+    """torch.multinomial for the one case generation uses: one draw per row of a CPU matrix, by inverting
+    the cumulative distribution. Anything else, and probabilities torch would reject (negative, inf, nan,
+    all zero), go to torch.multinomial."""
+    if num_samples != 1 or probs.dim() != 2 or probs.device.type != "cpu" or out is not None:
         return _multinomial(probs, num_samples, replacement, generator=generator, out=out)
-    race = torch.rand(probs.shape, generator=generator, dtype=torch.float32).log_().neg_()
-    return (probs / race).argmax(dim=-1, keepdim=True)
+    cdf = probs.float().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    if not (bool((probs.min() >= 0) & torch.isfinite(total).all()) and bool((total > 0).all())):
+        return _multinomial(probs, num_samples, replacement, generator=generator, out=out)
+    # u in [0, total): the first entry whose cumulative sum exceeds u has nonzero probability
+    u = torch.minimum(torch.rand(total.shape, generator=generator) * total, torch.nextafter(total, torch.zeros(())))
+    return torch.searchsorted(cdf, u, right=True)
 
 
 @contextlib.contextmanager
@@ -49,10 +64,109 @@ def categorical_sampling() -> Iterator[None]:
         torch.multinomial = _multinomial
 
 
+def _packable(module: torch.nn.Module) -> bool:
+    return (type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16
+            and module.weight.device.type == "cpu" and not module.weight.requires_grad)
+
+
+def _packed_forward(module: torch.nn.Linear):
+    """`module.forward` with its weight packed for oneDNN once, for small no-grad bf16 batches."""
+    weight = module.weight
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_ROWS)
+    version = weight._version
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if (torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.shape[:-1].numel() > PACKED_ROWS
+                or weight._version != version):
+            return F.linear(x, weight, module.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")
+
+    return forward
+
+
+def packing_available() -> bool:
+    """Whether this torch build and CPU run oneDNN's bf16 kernels (AVX512 at least)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def pack_frozen_weights(model: torch.nn.Module) -> int:
+    """Give each frozen bf16 `nn.Linear` of `model` a packed copy of its weight, to be used by
+    `packed_weights`. Returns how many were packed (0 where oneDNN cannot run bf16 here)."""
+    if not packing_available():
+        return 0
+    n = 0
+    for module in model.modules():
+        if _packable(module) and not hasattr(module, "_rloo_kit_packed"):
+            module._rloo_kit_packed = _packed_forward(module)
+            n += 1
+    return n
+
+
+@contextlib.contextmanager
+def packed_weights(model: torch.nn.Module) -> Iterator[None]:
+    """For the duration, linear layers packed by `pack_frozen_weights` compute small no-grad batches
+    with their packed weight; everything else runs as before."""
+    modules = [m for m in model.modules() if "_rloo_kit_packed" in vars(m)]
+    for m in modules:
+        m.forward = m._rloo_kit_packed
+    try:
+        yield
+    finally:
+        for m in modules:
+            del m.forward
+
+
+def _lean_lora_forward(layer, adapter: str):
+    """A plain LoRA layer's forward for small no-grad batches: the base output plus `scaling * x A^T B^T` in
+    one `addmm_`, with A and B cast to bf16 once for the duration. PEFT's own forward runs four module
+    calls and four more operations per layer and token, which cost as much as the two matmuls."""
+    a = layer.lora_A[adapter].weight.detach().t().to(torch.bfloat16)
+    b = layer.lora_B[adapter].weight.detach().t().to(torch.bfloat16)
+    scaling, base, peft_forward = layer.scaling[adapter], layer.base_layer, type(layer).forward
+
+    def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if args or kwargs or torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.shape[:-1].numel() > PACKED_ROWS:
+            return peft_forward(layer, x, *args, **kwargs)
+        out = base(x)
+        if not out.is_contiguous():
+            out = out.contiguous()
+        out.view(-1, out.shape[-1]).addmm_(x.reshape(-1, x.shape[-1]) @ a, b, alpha=scaling)
+        return out
+
+    return forward
+
+
+def _plain_lora(layer) -> str | None:
+    """The one active adapter of a vanilla, unmerged LoRA `Linear` without dropout or bias, else None."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    names = layer.active_adapters if isinstance(layer, LoraLinear) else ()
+    if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged or len(names) != 1:
+        return None
+    name = names[0]
+    plain = (name in layer.lora_A and name not in layer.lora_variant and not layer.lora_bias.get(name, False)
+             and isinstance(layer.lora_dropout[name], torch.nn.Identity) and type(layer.base_layer) is torch.nn.Linear)
+    return name if plain else None
+
+
+@contextlib.contextmanager
+def lean_lora(model: torch.nn.Module) -> Iterator[None]:
+    """For the duration (sampling, where the adapters do not change), plain LoRA layers compute small
+    no-grad bf16 batches with `_lean_lora_forward`; any other call, and any other layer, goes to PEFT."""
+    layers = [(m, name) for m in model.modules() if (name := _plain_lora(m)) is not None]
+    for layer, name in layers:
+        layer.forward = _lean_lora_forward(layer, name)
+    try:
+        yield
+    finally:
+        for layer, _ in layers:
+            del layer.forward
+
+
 def speed_up_cpu_step(trainer) -> bool:
     """On a CPU, with a bf16 base model under LoRA and plain transformers generation: run the step under
-    bf16 autocast without PEFT's input casts, and sample with the vectorised draw. Returns whether it was
-    installed (once per trainer)."""
+    bf16 autocast without PEFT's input casts, and sample with packed base weights and the cheaper draw.
+    Returns whether it was installed (once per trainer)."""
     from peft.helpers import disable_input_dtype_casting
 
     from . import compat
@@ -62,10 +176,12 @@ def speed_up_cpu_step(trainer) -> bool:
             or getattr(trainer, "use_transformers_continuous_batching", False) or not hasattr(model, "peft_config")
             or model.get_base_model().dtype != torch.bfloat16 or getattr(trainer, "_rloo_kit_cpu_step", False)):
         return False
+    pack_frozen_weights(model)
     generate, training_step = trainer._generate_single_turn, trainer.training_step
 
     def generate_single_turn(self, *args, **kwargs):
-        with categorical_sampling():
+        # inference mode: TRL returns the completions as lists, so no tensor of it reaches autograd
+        with torch.inference_mode(), categorical_sampling(), packed_weights(model), lean_lora(model):
             return generate(*args, **kwargs)
 
     def bf16_training_step(self, *args, **kwargs):

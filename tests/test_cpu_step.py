@@ -132,15 +132,98 @@ def test_categorical_draw_follows_the_probabilities():
     freq = torch.bincount(draws[:, 0], minlength=4).float() / len(draws)
     torch.testing.assert_close(freq, probs[0], rtol=0, atol=0.01)  # 5 standard errors at 0.7
     assert freq[1] == 0  # zero probability is never drawn
+    with cpu_step.categorical_sampling():  # nor a zero at either end, nor in unnormalised weights
+        assert set(torch.multinomial(torch.tensor([[0.0, 3.0, 1.0, 0.0]]).repeat(20_000, 1), 1).unique().tolist()) \
+            == {1, 2}
 
 
 def test_categorical_draw_refuses_what_torch_refuses():
-    bad = torch.tensor([[0.5, float("nan"), 0.5]])
-    with cpu_step.categorical_sampling(), pytest.raises(RuntimeError):
-        torch.multinomial(bad, num_samples=1)
+    for bad in ([[0.5, float("nan"), 0.5]], [[0.5, -0.1, 0.6]], [[0.5, float("inf"), 0.5]], [[0.0, 0.0]]):
+        with cpu_step.categorical_sampling(), pytest.raises(RuntimeError):
+            torch.multinomial(torch.tensor(bad), num_samples=1)
     with cpu_step.categorical_sampling():  # several draws per row: torch's own sampler
         assert torch.multinomial(torch.tensor([[0.5, 0.5]]), num_samples=2, replacement=True).shape == (1, 2)
     assert torch.multinomial is cpu_step._multinomial
+
+
+# ------------------------------------------------------------------------ packed base weights
+
+needs_packing = pytest.mark.skipif(not cpu_step.packing_available(), reason="oneDNN bf16 kernels need AVX512")
+
+
+@needs_packing
+def test_packed_weights_compute_what_the_plain_weights_do(tiny_model_dir):
+    model, tok = _lora(tiny_model_dir)
+    frozen = [m for m in model.modules() if type(m) is torch.nn.Linear and not m.weight.requires_grad]
+    assert cpu_step.pack_frozen_weights(model) == len(frozen) > 0  # the LM head and the adapted base layers
+    assert cpu_step.pack_frozen_weights(model) == 0  # once
+    batch = _batch(tok)
+    with torch.no_grad():
+        plain = model(**batch).logits
+        with cpu_step.packed_weights(model):
+            assert all("forward" in vars(m) for m in frozen)
+            packed = model(**batch).logits  # 2 x 11 rows: the packed path
+            with torch.enable_grad():  # training calls go to the plain weights, so that gradients flow
+                assert model(**batch).logits.requires_grad
+        assert not any("forward" in vars(m) for m in frozen)  # put back
+        with model.disable_adapter():
+            lora_off = model(**batch).logits
+    mask = batch["attention_mask"].bool()
+    torch.testing.assert_close(packed[mask].float(), plain[mask].float(), rtol=0, atol=0.05)
+    assert (plain[mask] - lora_off[mask]).abs().max() > 0.5  # the adapter counts: 10x the tolerance above
+    head = model.get_base_model().lm_head
+    with torch.no_grad(), cpu_step.packed_weights(model):
+        x = torch.randn(4, head.in_features, dtype=torch.bfloat16)
+        head.weight.mul_(2)  # a weight changed in place is no longer the packed one: the plain path
+        torch.testing.assert_close(head(x), torch.nn.functional.linear(x, head.weight))
+        head.weight.div_(2)
+
+
+def _lora(tiny_model_dir, **config):
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = _tiny(tiny_model_dir)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "down_proj"], **config))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=2.0)  # an adapter that changes the output, so that bypassing it would show
+    return model, tok
+
+
+def test_lean_lora_computes_what_peft_does(tiny_model_dir):
+    model, tok = _lora(tiny_model_dir)
+    adapted = [m for m in model.modules() if hasattr(m, "lora_A") and "lora_A" in vars(m)["_modules"]]
+    batch = _batch(tok)
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        peft = model(**batch).logits
+        with cpu_step.lean_lora(model):
+            assert len(adapted) == 4 and all("forward" in vars(m) for m in adapted)
+            lean = model(**batch).logits
+            with torch.enable_grad():  # a training call goes to PEFT, so that the adapter gets gradients
+                model(**batch).logits.float().sum().backward()
+        assert not any("forward" in vars(m) for m in adapted)  # put back
+    torch.testing.assert_close(lean[mask].float(), peft[mask].float(), rtol=0, atol=0.05)
+    assert all(m.lora_A["default"].weight.grad is not None for m in adapted)
+
+
+def test_lean_lora_leaves_dropout_and_disabled_adapters_to_peft(tiny_model_dir):
+    model, tok = _lora(tiny_model_dir, lora_dropout=0.1)
+    with cpu_step.lean_lora(model):
+        assert not any("forward" in vars(m) for m in model.modules())
+    model, tok = _lora(tiny_model_dir)
+    with model.disable_adapter(), cpu_step.lean_lora(model):
+        assert not any("forward" in vars(m) for m in model.modules())
+
+
+@needs_packing
+def test_fp32_and_trainable_layers_are_not_packed(tiny_model_dir):
+    model, _ = _tiny(tiny_model_dir, dtype=torch.float32)
+    assert cpu_step.pack_frozen_weights(model) == 0
+    model, _ = _tiny(tiny_model_dir)
+    for p in model.parameters():
+        p.requires_grad_(True)  # trainable weights change every step: never packed
+    assert cpu_step.pack_frozen_weights(model) == 0
 
 
 # ------------------------------------------------------------------------ the whole step
@@ -172,6 +255,8 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 2 and all(h["completions/mean_length"] > 0 for h in logs)
     assert len(draws) == sum(h["completions/max_length"] for h in logs)  # one draw per token of the longest
+    packed = hasattr(trainer.model.get_base_model().lm_head, "_rloo_kit_packed")
+    assert packed == cpu_step.packing_available()  # sampled with packed weights where oneDNN can
 
 
 def test_fp32_and_legacy_steps_are_left_as_they_are(tiny_model_dir, tmp_path, cpu_tiny_overrides, monkeypatch):
