@@ -9,8 +9,9 @@ Same model, task, preset (cpu), seed and step count; then held-out greedy accura
           vocabulary through autograd in fp32, TRL's separate no-grad policy pass
   fast    the default: bf16 base weights where the CPU has native bf16 (hardware.cpu_compute; fp32 LoRA
           weights and Adam states), the chunked log-prob function, the scoring forward reused by the loss,
-          grouped attention (rloo_kit.attention), and rloo_kit.cpu_step: bf16 LoRA compute; packed
-          base weights, a lean LoRA forward and a cheaper categorical draw while sampling. Both paths give the LM head a contiguous input
+          grouped attention (rloo_kit.attention), and rloo_kit.cpu_step: bf16 LoRA compute; while
+          sampling, packed base weights, a lean LoRA forward, each distinct prompt read once and a
+          cheaper categorical draw. Both paths give the LM head a contiguous input
           (rloo_kit.compat), so the baseline is if anything a little faster than 0.1's
 
 --learning-seeds repeats the training of both paths with other seeds, all at once on one thread each

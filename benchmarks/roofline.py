@@ -7,10 +7,11 @@ prints achieved GFLOP/s per phase against the peaks.
 
     .venv/bin/python benchmarks/roofline.py [--steps 4] [--path fast|legacy] [--model smollm2-135m]
 
-Phases: generation prefill and decode (HF generate; the first forward of a generate call is the
-prefill), reference log-probs (adapter off), the "old" policy pass (legacy path only: the fast
-path's scoring forward is the loss's forward), policy forward (with gradients), backward,
-optimizer, rewards, and the rest of the step. Writes benchmarks/results/roofline[-legacy].{json,md}.
+Phases: generation prefill and decode (the first forward of a generation is the prefill: on the
+fast path each distinct prompt once, all but its last token, rloo_kit.cpu_step.shared_prompts),
+reference log-probs (adapter off), the "old" policy pass (legacy path only: the fast path's scoring
+forward is the loss's forward), policy forward (with gradients), backward, optimizer, rewards, and
+the rest of the step. FLOPs are counted as run. Writes benchmarks/results/roofline[-legacy].{json,md}.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ def peaks(seconds: float) -> dict:
     return out
 
 
-def step_flops(cfg, batch: int, prompt: int, completion: int, lora_r: int, legacy: bool) -> dict:
+def step_flops(cfg, batch: int, prompt: int, completion: int, lora_r: int, legacy: bool,
+               prefill_rows: int, prefill_tokens: int) -> dict:
     """FLOPs of one RLOO step by phase (multiply-add = 2), from the model's shape and the step's tokens.
-    `prompt` is the padded prompt length, `completion` the padded completion length (both as TRL runs them)."""
+    `prompt` is the padded prompt length, `completion` the padded completion length (both as TRL runs them);
+    the prefill read `prefill_tokens` of `prefill_rows` rows, and decoding did the rest, `batch` rows a token."""
     h, layers, vocab, inter = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, cfg.intermediate_size
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     hd = getattr(cfg, "head_dim", None) or h // heads
@@ -68,8 +71,10 @@ def step_flops(cfg, batch: int, prompt: int, completion: int, lora_r: int, legac
     scored = batch * completion  # LM head only on completion positions (TRL's fused head)
     full = batch * seq
     causal = batch * sum(range(1, seq + 1))  # sum of context lengths over a causal sequence
-    prefill = 2 * batch * prompt * (linear + lora) + 2 * batch * head + attn(1, batch * sum(range(1, prompt + 1)))
-    decode = sum(2 * batch * (linear + lora + head) + attn(batch, prompt + t) for t in range(1, completion))
+    prefill = (2 * prefill_rows * prefill_tokens * (linear + lora) + 2 * prefill_rows * head
+               + attn(1, prefill_rows * sum(range(1, prefill_tokens + 1))))
+    decode = sum(2 * batch * (linear + lora + head) + attn(batch, context)
+                 for context in range(prefill_tokens + 1, prompt + completion))
     fwd_base = 2 * full * linear + attn(1, causal) + 2 * scored * head
     policy_fwd = fwd_base + 2 * full * lora
     # backward: activation gradients through every linear (= their forward), LoRA weight gradients (= LoRA
@@ -120,6 +125,8 @@ def instrument(trainer, clock: PhaseClock, base_model) -> dict:
     def post(module, args, kwargs, output):
         if generating["on"]:
             if generating["calls"] == 0:
+                ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+                shapes["prefill_rows"], shapes["prefill_tokens"] = ids.shape
                 generating["prefill"] = time.perf_counter() - generating["t"]
                 clock.seconds["generate_prefill"] += generating["prefill"]
             generating["calls"] += 1
@@ -219,7 +226,8 @@ def main() -> None:
     step_s = sum(steps.step_seconds[1:]) / n
     preset = rloo_kit.get_preset("cpu")
     flops = step_flops(trainer.model.config, shapes["batch"], shapes["seq"] - shapes["completion"],
-                       shapes["completion"], preset.lora_r, legacy=a.path == "legacy")
+                       shapes["completion"], preset.lora_r, legacy=a.path == "legacy",
+                       prefill_rows=shapes["prefill_rows"], prefill_tokens=shapes["prefill_tokens"])
     phase_s["rest"] = step_s - sum(phase_s.values())
     total = sum(flops.values())
     bf16 = cpu_compute().bf16 and a.path == "fast"
@@ -247,7 +255,8 @@ def main() -> None:
     notes = (f"Peaks: 2048^2 matmul {peak['matmul_fp32_gflops']} GFLOP/s fp32, {peak['matmul_bf16_gflops']} bf16; "
              f"copy {peak['copy_gb_per_s']} GB/s (read + write). CPU flags: {', '.join(choice.flags)}. Path: "
              f"{result['cpu_path']}. Step: {shapes['batch']} completions x ({shapes['seq'] - shapes['completion']} "
-             f"prompt + {shapes['completion']} completion tokens), completions forced to full length; mean of "
+             f"prompt + {shapes['completion']} completion tokens), completions forced to full length; prefill "
+             f"{shapes['prefill_rows']} rows x {shapes['prefill_tokens']} tokens; FLOPs counted as run; mean of "
              f"steps 2..{a.steps}. Whole step at {whole:.0f} GFLOP/s = {100 * whole / ref_peak:.0f}% of the "
              f"{result['reference_peak']} peak. {load_note(result)}")
     write("roofline" if a.path == "fast" else "roofline-legacy", result, rows, notes=notes)

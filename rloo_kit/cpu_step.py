@@ -11,19 +11,23 @@
   - a lean LoRA forward: PEFT's runs four module calls and four more operations per layer and token,
     which cost more than its two matmuls: 29% of sampling went to the adapters. Base output plus one
     `addmm_`, with the adapter cast to bf16 once per generation;
+  - each distinct prompt read once: RLOO samples several completions per prompt, and transformers
+    repeats the prompt's pass for every one of them (`shared_prompts`);
   - inference mode (TRL hands the completions back as lists: nothing of it reaches autograd);
   - a cheaper categorical draw: `torch.multinomial` draws one exponential variate per vocabulary entry,
     one at a time, on a CPU: 13 ms for 16 x 49k probabilities, once per token. Inverting the cumulative
     distribution at one uniform per row is the same draw in 0.4 ms.
 
 Measured in one process, alternating variants per step, on SmolLM2-135M at the cpu preset: sampling
--29%, the step -12% against the bf16 step without these four (benchmarks/results/roofline.md has the
-phases). Tried and dropped: fp32 adapters while sampling (a decoding token's rank-16 matmuls are 3x
-faster in fp32, but the prompt's pass then adds bf16 to fp32 tensors, which is slow); merging LoRA into
-the bf16 weights for sampling: a young adapter's B A is mostly below half a bf16 step of the weight it
-is added to, so the merge rounds it away and the sampler lags the policy (93% of SmolLM2's merged delta
-entries were zero after one step, 27% after thirty); torch.compile of the decoder layers: 15 s to
-compile, then a recompile per layer as the cache grows.
+-29%, the step -12% for the packed weights, lean LoRA, inference mode and the draw together; the shared
+prompts then -14% of sampling, -11% of the step (benchmarks/results/roofline.md has the phases).
+
+Tried and dropped: fp32 adapters while sampling (a decoding token's rank-16 matmuls are 3x faster in
+fp32, but the prompt's pass then adds bf16 to fp32 tensors, which is slow); merging LoRA into the bf16
+weights for sampling: a young adapter's B A is mostly below half a bf16 step of the weight it is added
+to, so the merge rounds it away and the sampler lags the policy (93% of SmolLM2's merged delta entries
+were zero after one step, 27% after thirty); torch.compile of the decoder layers: 15 s to compile, then
+a recompile per layer as the cache grows.
 """
 
 from __future__ import annotations
@@ -163,6 +167,42 @@ def lean_lora(model: torch.nn.Module) -> Iterator[None]:
             del layer.forward
 
 
+def _shared_prompt_generate(model: torch.nn.Module, generate):
+    """`model.generate` that reads each distinct prompt once. RLOO samples several completions per prompt,
+    and transformers repeats the prompt's whole pass for each: here the distinct prompts (all but their
+    last token) fill a KV cache, copied to every row that repeats them, and generation goes on from it.
+    Anything it does not know how to share goes to `generate` as it came."""
+
+    def shared(*args, input_ids=None, attention_mask=None, **kwargs):
+        config = kwargs.get("generation_config")
+        if (args or input_ids is None or attention_mask is None or input_ids.shape[1] < 2
+                or kwargs.get("past_key_values") is not None or getattr(config, "cache_implementation", None)
+                or any(isinstance(v, torch.Tensor) for v in kwargs.values())):
+            return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        n = input_ids.shape[1]
+        distinct, row = torch.unique(torch.cat([input_ids, attention_mask], 1), dim=0, return_inverse=True)
+        if len(distinct) == len(input_ids):
+            return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        ids, mask = distinct[:, :n - 1], distinct[:, n:-1]
+        positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)  # as generate numbers left-padded rows
+        cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                      logits_to_keep=1).past_key_values
+        cache.batch_select_indices(row)
+        return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
+
+    return shared
+
+
+@contextlib.contextmanager
+def shared_prompts(model: torch.nn.Module) -> Iterator[None]:
+    """For the duration, `model.generate` reads each distinct prompt once (`_shared_prompt_generate`)."""
+    model.generate = _shared_prompt_generate(model, model.generate)
+    try:
+        yield
+    finally:
+        del model.generate
+
+
 def speed_up_cpu_step(trainer) -> bool:
     """On a CPU, with a bf16 base model under LoRA and plain transformers generation: run the step under
     bf16 autocast without PEFT's input casts, and sample with packed base weights and the cheaper draw.
@@ -181,7 +221,8 @@ def speed_up_cpu_step(trainer) -> bool:
 
     def generate_single_turn(self, *args, **kwargs):
         # inference mode: TRL returns the completions as lists, so no tensor of it reaches autograd
-        with torch.inference_mode(), categorical_sampling(), packed_weights(model), lean_lora(model):
+        with (torch.inference_mode(), categorical_sampling(), packed_weights(model), lean_lora(model),
+              shared_prompts(model)):
             return generate(*args, **kwargs)
 
     def bf16_training_step(self, *args, **kwargs):

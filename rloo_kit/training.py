@@ -81,7 +81,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
                           callbacks=[*([monitor] if monitor else []), *callbacks])
     _use_base_as_reference(trainer.model)
     reuse_policy_forward(trainer)  # CPU, one pass per generation: the scoring forward doubles as the loss's
-    speed_up_cpu_step(trainer)  # CPU, bf16 base: bf16 LoRA compute; packed weights, lean LoRA while sampling
+    speed_up_cpu_step(trainer)  # CPU, bf16 base: bf16 LoRA compute; a leaner sampler (rloo_kit.cpu_step)
     trainer.health_monitor = monitor
     if live:
         attach_live_view(trainer, monitor)

@@ -4,6 +4,8 @@ adapters. Behaviour only, never timing (benchmarks/roofline.py measures the spee
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -214,6 +216,36 @@ def test_lean_lora_leaves_dropout_and_disabled_adapters_to_peft(tiny_model_dir):
     model, tok = _lora(tiny_model_dir)
     with model.disable_adapter(), cpu_step.lean_lora(model):
         assert not any("forward" in vars(m) for m in model.modules())
+
+
+# ------------------------------------------------------------------------ prompts read once
+
+def _generate(model, batch, shared: bool):
+    from transformers import GenerationConfig
+
+    shapes = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: shapes.append(tuple(o.shape[:2])))
+    config = GenerationConfig(do_sample=False, max_new_tokens=6, min_new_tokens=6, pad_token_id=0,
+                              output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad(), cpu_step.shared_prompts(model) if shared else contextlib.nullcontext():
+        out = model.generate(**batch, generation_config=config)
+    hook.remove()
+    return out, shapes
+
+
+def test_repeated_prompts_are_read_once_and_generate_the_same(tiny_model_dir):
+    model, tok = _tiny(tiny_model_dir, dtype=torch.float32)  # fp32: the same tokens exactly
+    texts = ["Add 3 and 4, then say the sum.", "Hi"]
+    batch = _batch(tok, [t for t in texts for _ in range(3)])  # 3 completions a prompt, one prompt padded
+    plain, plain_shapes = _generate(model, batch, shared=False)
+    shared, shared_shapes = _generate(model, batch, shared=True)
+    assert torch.equal(shared.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(shared.logits), torch.stack(plain.logits))
+    n = batch["input_ids"].shape[1]
+    assert plain_shapes[0] == (6, n) and shared_shapes[:2] == [(2, n - 1), (6, 1)]  # 2 prompts, then 6 rows
+    assert "generate" not in vars(model)  # put back
+    distinct = _batch(tok, texts)
+    assert _generate(model, distinct, shared=True)[1][0] == (2, distinct["input_ids"].shape[1])  # as before
 
 
 @needs_packing
