@@ -144,10 +144,9 @@ def _plain_lora(layer) -> str | None:
     """The one active adapter of a vanilla, unmerged LoRA `Linear` without dropout or bias, else None."""
     from peft.tuners.lora import Linear as LoraLinear
 
-    names = layer.active_adapters if isinstance(layer, LoraLinear) else ()
-    if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged or len(names) != 1:
+    if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged or len(layer.active_adapters) != 1:
         return None
-    name = names[0]
+    name = layer.active_adapters[0]
     plain = (name in layer.lora_A and name not in layer.lora_variant and not layer.lora_bias.get(name, False)
              and isinstance(layer.lora_dropout[name], torch.nn.Identity) and type(layer.base_layer) is torch.nn.Linear)
     return name if plain else None
@@ -205,8 +204,8 @@ def shared_prompts(model: torch.nn.Module) -> Iterator[None]:
 
 def speed_up_cpu_step(trainer) -> bool:
     """On a CPU, with a bf16 base model under LoRA and plain transformers generation: run the step under
-    bf16 autocast without PEFT's input casts, and sample with packed base weights and the cheaper draw.
-    Returns whether it was installed (once per trainer)."""
+    bf16 autocast without PEFT's input casts, and sample with packed base weights, the lean LoRA forward,
+    each distinct prompt read once and the cheaper draw. Returns whether it was installed (once per trainer)."""
     from peft.helpers import disable_input_dtype_casting
 
     from . import compat

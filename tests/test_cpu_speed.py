@@ -163,6 +163,9 @@ def _tiny_trainer(tiny_model_dir, tmp_path, overrides, reuse):
 
     def short(completions, **_):
         return [-float(len(c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+    # Adam's epsilon at 1e-4: with the default 1e-8 an element whose gradient is float noise (~1e-9) takes a
+    # full step of either sign, and which way it goes depends on the order of float sums
+    overrides = {**overrides, "adam_epsilon": 1e-4}
     trainer = plain_trainer(model, tok, tmp_path / ("reuse" if reuse else "plain"), overrides, short)
     if reuse:
         assert compat.reuse_policy_forward(trainer)
@@ -186,8 +189,8 @@ def test_reused_forward_trains_exactly_like_trl(tiny_model_dir, tmp_path, cpu_ti
         for key in ("reward", "kl", "entropy", "completions/mean_length", "grad_norm"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
         assert b["clip_ratio/region_mean"] == 0.0
-    for name, p in plain_lora.items():  # Adam (lr 1e-2) magnifies float noise on near-zero gradients: 5% of a step
-        torch.testing.assert_close(fast_lora[name], p, rtol=0, atol=5e-4)
+    for name, p in plain_lora.items():  # 1% of an Adam step (lr 1e-2)
+        torch.testing.assert_close(fast_lora[name], p, rtol=0, atol=1e-4)
     assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in fast_lora.items() if "lora_B" in n)
 
 
