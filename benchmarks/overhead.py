@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+import torch
 from common import measure, median, stamp, write
 
 
@@ -40,10 +41,19 @@ def main() -> None:
              *(f"| {via} | {step[via]:.3f} | {rss[via]:.2f} |" for via in ("kit", "trl")),
              "", f"step-time ratio kit / TRL: **{ratio:.3f}** (goal <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'}); "
              f"identical rewards step by step: {same_rewards}"]
-    write("overhead", result, table, notes=(
-        f"{args.rounds} rounds x {args.steps} steps each, alternating; the first step of each run is left out "
-        f"(warm-up). {args.gens} generations, {args.batch} completions per step, completions forced to "
-        f"{args.mcl} tokens. The TRL side needs rloo_kit.compat's CPU patch to run at all on CPU."))
+    notes = (f"{args.rounds} rounds x {args.steps} steps each, alternating; the first step of each run is left out "
+             f"(warm-up). {args.gens} generations, {args.batch} completions per step, completions forced to "
+             f"{args.mcl} tokens. The TRL side needs rloo_kit.compat's CPU patch to run at all on CPU.")
+    if not torch.cuda.is_available():
+        from rloo_kit.hardware import cpu_compute
+
+        choice = cpu_compute()
+        notes += f" The kit's CPU path here: {choice.describe()}."
+        if choice.bf16:
+            notes += (" The hand-written run keeps TRL's defaults (fp32 weights, torch's sampler), so the rewards "
+                      "differ step by step by design and the ratio is the kit's speed-up, not its overhead; "
+                      "cpu_speed.md compares the two paths' learning.")
+    write("overhead", result, table, notes=notes)
 
 
 if __name__ == "__main__":
