@@ -32,11 +32,11 @@ import trl.trainer.utils as trl_utils
 # two in-process A/B runs against 512-token tiles).
 _TILE_BYTES = 24 * 2**20
 _TOKEN_CHUNK: int | None = None  # tests set a fixed number of tokens
+_LEGACY = False  # benchmarks/cpu_speed.py: True restores the fp32, autograd-through-log_softmax path of 0.1
 
 
 def _chunk(vocab: int) -> int:
     return _TOKEN_CHUNK or max(1, _TILE_BYTES // (4 * vocab))
-_LEGACY = False  # benchmarks/cpu_speed.py: True restores the fp32, autograd-through-log_softmax path of 0.1
 
 
 class TorchChunkedLogProb:

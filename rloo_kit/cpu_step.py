@@ -51,7 +51,7 @@ def _categorical(probs, num_samples, replacement=False, *, generator=None, out=N
         return _multinomial(probs, num_samples, replacement, generator=generator, out=out)
     cdf = probs.float().cumsum(dim=-1)
     total = cdf[:, -1:]
-    if not (bool((probs.min() >= 0) & torch.isfinite(total).all()) and bool((total > 0).all())):
+    if not bool((probs.min() >= 0) & torch.isfinite(total).all() & (total > 0).all()):
         return _multinomial(probs, num_samples, replacement, generator=generator, out=out)
     # u in [0, total): the first entry whose cumulative sum exceeds u has nonzero probability
     u = torch.minimum(torch.rand(total.shape, generator=generator) * total, torch.nextafter(total, torch.zeros(())))
@@ -66,6 +66,18 @@ def categorical_sampling() -> Iterator[None]:
         yield
     finally:
         torch.multinomial = _multinomial
+
+
+@contextlib.contextmanager
+def _overriding(name: str, overrides: list[tuple[object, object]]) -> Iterator[None]:
+    """For the duration, each object's instance attribute `name` is its override; then the class's again."""
+    for obj, value in overrides:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for obj, _ in overrides:
+            delattr(obj, name)
 
 
 def _packable(module: torch.nn.Module) -> bool:
@@ -100,7 +112,7 @@ def pack_frozen_weights(model: torch.nn.Module) -> int:
         return 0
     n = 0
     for module in model.modules():
-        if _packable(module) and not hasattr(module, "_rloo_kit_packed"):
+        if _packable(module) and "_rloo_kit_packed" not in vars(module):
             module._rloo_kit_packed = _packed_forward(module)
             n += 1
     return n
@@ -110,14 +122,8 @@ def pack_frozen_weights(model: torch.nn.Module) -> int:
 def packed_weights(model: torch.nn.Module) -> Iterator[None]:
     """For the duration, linear layers packed by `pack_frozen_weights` compute small no-grad batches
     with their packed weight; everything else runs as before."""
-    modules = [m for m in model.modules() if "_rloo_kit_packed" in vars(m)]
-    for m in modules:
-        m.forward = m._rloo_kit_packed
-    try:
+    with _overriding("forward", [(m, m._rloo_kit_packed) for m in model.modules() if "_rloo_kit_packed" in vars(m)]):
         yield
-    finally:
-        for m in modules:
-            del m.forward
 
 
 def _lean_lora_forward(layer, adapter: str):
@@ -156,14 +162,9 @@ def _plain_lora(layer) -> str | None:
 def lean_lora(model: torch.nn.Module) -> Iterator[None]:
     """For the duration (sampling, where the adapters do not change), plain LoRA layers compute small
     no-grad bf16 batches with `_lean_lora_forward`; any other call, and any other layer, goes to PEFT."""
-    layers = [(m, name) for m in model.modules() if (name := _plain_lora(m)) is not None]
-    for layer, name in layers:
-        layer.forward = _lean_lora_forward(layer, name)
-    try:
+    plain = [(m, _lean_lora_forward(m, name)) for m in model.modules() if (name := _plain_lora(m)) is not None]
+    with _overriding("forward", plain):
         yield
-    finally:
-        for layer, _ in layers:
-            del layer.forward
 
 
 def _shared_prompt_generate(model: torch.nn.Module, generate):
@@ -195,11 +196,8 @@ def _shared_prompt_generate(model: torch.nn.Module, generate):
 @contextlib.contextmanager
 def shared_prompts(model: torch.nn.Module) -> Iterator[None]:
     """For the duration, `model.generate` reads each distinct prompt once (`_shared_prompt_generate`)."""
-    model.generate = _shared_prompt_generate(model, model.generate)
-    try:
+    with _overriding("generate", [(model, _shared_prompt_generate(model, model.generate))]):
         yield
-    finally:
-        del model.generate
 
 
 def speed_up_cpu_step(trainer) -> bool:
