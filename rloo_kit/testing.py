@@ -24,7 +24,7 @@ def build_tiny_model(out_dir: str | Path, *, hidden: int = 64, layers: int = 2, 
         return out
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab = {tok: i for i, tok in enumerate(specials)}
-    for b in pre_tokenizers.ByteLevel.alphabet():
+    for b in sorted(pre_tokenizers.ByteLevel.alphabet()):  # a set underneath: its order changes per process
         vocab.setdefault(b, len(vocab))
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
