@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
 from .compat import contiguous_lm_head_input, patch_trl_for_cpu, reuse_policy_forward
@@ -113,13 +115,16 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     """Run training; returns TRL's TrainOutput. The final adapter goes to `output_dir/adapter`.
 
     resume=True continues from the latest checkpoint in output_dir (adapter, optimizer, RNG and
-    step), or starts fresh when there is none. Ctrl-C (KeyboardInterrupt, SIGINT) saves the adapter
+    step), or starts fresh when there is none; a run whose checkpoint already holds its last step trains
+    nothing and writes that checkpoint's adapter. Ctrl-C (KeyboardInterrupt, SIGINT) saves the adapter
     to `output_dir/interrupted` and re-raises. A CUDA out-of-memory saves the adapter there too and
     is re-raised as GPUOutOfMemoryError naming the preset one size down. Under `accelerate launch`
     every process calls this; only the main one writes the adapters and the messages.
     """
     out = Path(trainer.args.output_dir)
     checkpoint = latest_checkpoint(out) if resume else None
+    if checkpoint is not None and _finished(trainer, checkpoint):
+        return _finish_from(trainer, checkpoint)
     if resume and is_main_process():
         log.warning("Resuming from %s.", checkpoint) if checkpoint else log.warning(
             "resume=True but no checkpoint in %s: starting from step 0.", out)
@@ -142,6 +147,29 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     trainer.save_model(str(out / ADAPTER_DIR))  # every process takes part (ZeRO-3 gathers); the main one writes
     barrier()  # no process goes on before the adapter is on disk
     return result
+
+
+def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:
+    """Whether `checkpoint` already holds the run's last step. transformers checks for the end of a run
+    only after a step, so resuming a finished run would train one step past it."""
+    state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
+    planned = trainer.args.max_steps if trainer.args.max_steps > 0 else state.max_steps
+    return state.global_step >= planned
+
+
+def _finish_from(trainer: RLOOTrainer, checkpoint: Path) -> TrainOutput:
+    """Resuming a finished run: no step to take. The checkpoint's adapter and state become the trainer's,
+    and the adapter is (re)written to `output_dir/adapter`, as at the end of `train`."""
+    trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
+    trainer._load_from_checkpoint(str(checkpoint))  # what trainer.train(resume_from_checkpoint=...) loads
+    out = Path(trainer.args.output_dir)
+    trainer.save_model(str(out / ADAPTER_DIR))
+    barrier()
+    if is_main_process():
+        log.warning("The run in %s already finished, at step %d: nothing to train. Its adapter, from %s, is in %s. "
+                    "Raise max_steps to train on.", out, trainer.state.global_step, checkpoint.name, out / ADAPTER_DIR)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return TrainOutput(trainer.state.global_step, sum(losses) / len(losses) if losses else 0.0, {})
 
 
 @contextlib.contextmanager

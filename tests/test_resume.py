@@ -2,9 +2,12 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+
+from safetensors.torch import load_file
 
 import rloo_kit
 
@@ -60,3 +63,32 @@ def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert (out / "interrupted" / "adapter_model.safetensors").is_file()
     assert "adapter saved to" in err and str(out / "interrupted") in err
+
+
+def test_resuming_a_finished_run_trains_nothing_and_keeps_its_adapter(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    first = subprocess.run(train_cmd(tiny_model_dir, out, steps=2), env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.rmtree(out / "adapter")  # as if the run was killed between its last checkpoint and the adapter
+
+    again = subprocess.run(train_cmd(tiny_model_dir, out, "--resume", steps=2), env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already finished, at step 2" in again.stderr
+    assert not (out / "checkpoint-3").exists()  # transformers alone would have trained a third step
+    assert _tensors(out / "adapter") == _tensors(out / "checkpoint-2")
+
+    longer = subprocess.run(train_cmd(tiny_model_dir, out, "--resume", steps=3), env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert "Resuming from" in longer.stderr
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert [h["step"] for h in state["log_history"] if "reward" in h] == [1, 2, 3]
+    assert _tensors(out / "adapter") == _tensors(out / "checkpoint-3")
+
+
+def _tensors(adapter_dir) -> dict:
+    """An adapter's tensors as plain lists, for comparison with ==."""
+    return {k: v.tolist() for k, v in load_file(adapter_dir / "adapter_model.safetensors").items()}
