@@ -55,9 +55,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     except OSError as e:
         raise _explain_load_failure(name_or_path, source, e) from e
     model._rloo_kit_backend = backend
-    contiguous_lm_head_input(model)
-    if model.device.type == "cpu" and model.dtype == torch.bfloat16:
-        use_cpu_attention(model)  # PyTorch's bf16 SDPA is slow on CPUs at RLOO's short sequences
+    apply_speed_fixes(model)
     alias = ALIASES.get(name_or_path)
     if alias and tok.eos_token != alias.eos_token:  # the hub copy already has these; a GGUF build may not
         tok.eos_token, tok.pad_token = alias.eos_token, alias.pad_token
@@ -65,6 +63,15 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # generation pads on the left
     return model, tok
+
+
+def apply_speed_fixes(model) -> None:
+    """What every model gets, loaded by the kit or handed to `build_trainer` (idempotent): a contiguous input
+    for the LM head (`compat.contiguous_lm_head_input`) and, on a CPU in bf16, `attention.grouped_attention`
+    in place of PyTorch's SDPA, which is slow there at RLOO's short sequences."""
+    contiguous_lm_head_input(model)
+    if model.device.type == "cpu" and model.dtype == torch.bfloat16:
+        use_cpu_attention(model)
 
 
 def _load_transformers(source: str, load_in_4bit: bool, hw: Hardware, trust_remote_code: bool):

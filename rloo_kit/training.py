@@ -22,14 +22,14 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
-from .compat import contiguous_lm_head_input, patch_trl_for_cpu, reuse_policy_forward
+from .compat import patch_trl_for_cpu, reuse_policy_forward
 from .cpu_step import speed_up_cpu_step
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
 from .distributed import barrier, is_main_process, plain_cpu_device, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
 from .live import attach_live_view
-from .models import attach_lora, require_adapter
+from .models import apply_speed_fixes, attach_lora, require_adapter
 from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
 from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
@@ -75,7 +75,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patch_trl_for_cpu()
-    contiguous_lm_head_input(model)  # a model loaded outside the kit
+    apply_speed_fixes(model)  # a model loaded outside the kit gets them too
     plain_cpu_device(config)
     monitor = HealthMonitor() if monitor is True else monitor or None
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,

@@ -123,6 +123,17 @@ def test_only_sdpa_models_are_switched(tiny_model_dir):
 
 # ------------------------------------------------------------------------ the categorical draw
 
+def test_models_loaded_outside_the_kit_get_grouped_attention_in_bf16(tiny_model_dir, tmp_path):
+    from rloo_kit import build_trainer
+    from rloo_kit.tasks import load_task
+
+    task = load_task("arithmetic", n_train=8)
+    for dtype, expected in ((torch.bfloat16, attention.NAME), (torch.float32, "sdpa")):
+        model, tok = _tiny(tiny_model_dir, dtype)
+        trainer = build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path), live=False, monitor=False)
+        assert trainer.model.config._attn_implementation == expected
+
+
 def test_categorical_draw_follows_the_probabilities():
     torch.manual_seed(0)
     probs = torch.tensor([[0.1, 0.0, 0.2, 0.7]]).repeat(40_000, 1)
