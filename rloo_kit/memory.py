@@ -107,8 +107,8 @@ def estimate_memory(model: ModelShape | float | str, preset: TrainingShape, *, p
     """Peak training memory of one RLOO step on one device, in GiB. The formula, term by term:
 
     - weights: 4-bit NF4 is 0.5 byte per parameter plus a 1/16 block-scale overhead for the linear
-      layers; embeddings stay 16-bit. Otherwise 2 bytes (bf16/fp16 on a GPU) or 4 bytes (fp32 on CPU; an
-      overestimate where the CPU path keeps bf16 weights).
+      layers; embeddings stay 16-bit. Otherwise 2 bytes (bf16/fp16 on a GPU) or 4 bytes on a CPU: fp32
+      weights, or bf16 ones plus the packed bf16 copy the sampler keeps (`cpu_step.pack_frozen_weights`).
     - LoRA: r x (in + out) per adapted matrix per layer (about 11*hidden + 3*intermediate per layer
       for all-linear targets); 16 bytes each (fp32 weight, grad, two Adam moments).
     - activations: B = per_device_train_batch_size completions of T = prompt_length + max_completion_length
