@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import torch
 from datasets import Dataset
 
 from .data import validate_dataset
@@ -156,7 +157,8 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     config = make_config(preset, output_dir="runs/preflight", save_strategy="no", **overrides)
     k, length = config.num_generations, config.max_completion_length
     probe = max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
-    funcs = [load_reward_model(f) if isinstance(f, str) else f for f in guard(reward_funcs or [], patience=10**9)]
+    funcs = [load_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
+             for f in guard(reward_funcs or [], patience=10**9)]
     validate_dataset(dataset, set().union(*map(required_columns, funcs)), name="dataset")
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
     if len(weights) != len(funcs):

@@ -196,20 +196,27 @@ def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_m
     return score
 
 
-def load_reward_model(name: str, *, batch_size: int = 8) -> RewardFunc:
-    """A reward model's hub id or directory, loaded as TRL would (sequence classification, one label)
-    and wrapped with `reward_model`."""
+def load_reward_model(model, *, batch_size: int = 8) -> RewardFunc:
+    """A reward model as TRL takes it, as a reward function (`reward_model`): a hub id or directory, loaded
+    as TRL loads it (sequence classification, one label), or a loaded sequence-classification model, with
+    the tokenizer saved beside it (its `config._name_or_path`), as TRL finds it."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    name = _check_reward_model_id(name)
+    if isinstance(model, str):
+        source = _check_reward_model_id(model)
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=1, use_safetensors=True)
+        except OSError as e:
+            raise RewardError(f"Cannot load the reward model '{source}': {e}") from e
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(name, num_labels=1, use_safetensors=True)
-        tokenizer = AutoTokenizer.from_pretrained(name)
-    except OSError as e:
-        raise RewardError(f"Cannot load the reward model '{name}': {e}") from e
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        raise RewardError(f"No tokenizer for the reward model {type(model).__name__} at '{source}' ({e}). Pass "
+                          "rloo_kit.rewards.reward_model(model, tokenizer) instead.") from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return reward_model(model.eval(), tokenizer, batch_size=batch_size, name=name.rstrip("/").split("/")[-1])
+    return reward_model(model.eval(), tokenizer, batch_size=batch_size, name=source.rstrip("/").split("/")[-1])
 
 
 def _as_text(tokenizer, prompt, completion) -> str:

@@ -102,6 +102,30 @@ def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):
     assert "pre-flight: 10 prompts x 2 completions" in str(r)
 
 
+def test_a_loaded_reward_model_is_scored_with_the_tokenizer_beside_it(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    from rloo_kit.errors import RewardError
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig.from_pretrained(tiny_model_dir, num_labels=1, pad_token_id=tok.pad_token_id)
+    LlamaForSequenceClassification(config).save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    rm = LlamaForSequenceClassification.from_pretrained(tmp_path / "rm")  # as a user hands it over, loaded
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    data = rloo_kit.arithmetic_task(n_train=8, n_test=2)["train"]
+    r = rloo_kit.preflight(model, tok, data, [rm], preset="cpu", num_generations=2, max_completion_length=4,
+                           n_prompts=3)
+    assert [x.name for x in r.rewards] == ["rm"] and r.rewards[0].unscored == 0
+    assert r.rewards[0].std > 0 and np.isfinite(r.rewards[0].mean)  # a random head scores texts differently
+    rm.config._name_or_path = str(tmp_path / "nowhere")
+    with pytest.raises(RewardError, match=r"reward_model\(model, tokenizer\)"):
+        rloo_kit.preflight(model, tok, data, [rm], preset="cpu", num_generations=2, max_completion_length=4,
+                           n_prompts=3)
+
+
 @pytest.fixture(scope="module")
 def default_model(default_model_dir):
     return rloo_kit.load_model(default_model_dir, preset="cpu")
