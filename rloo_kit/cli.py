@@ -113,8 +113,8 @@ def _prepare(args, *, lora: bool = True):
     model, tok = load_model(plan.model, preset=plan.preset, backend=args.backend, load_in_4bit=args.load_in_4bit)
     if lora:
         model = attach_lora(model, preset=plan.preset, seed=args.seed or 0)
-    print(f"model {plan.model} · task {task.name} · preset {plan.preset.name} · {plan.hardware.device} "
-          f"({plan.hardware.name})", flush=True)
+    print(f"model {plan.model} · task {task.name} ({len(task.train)} training prompts, {len(task.test)} held out) · "
+          f"preset {plan.preset.name} · {plan.hardware.device} ({plan.hardware.name})", flush=True)
     return plan, task, model, tok
 
 
@@ -260,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
         sp.add_argument("--prompt-column", default="prompt", help="the file's question column")
         sp.add_argument("--answer-column", default="answer", help="the file's answer column")
-        sp.add_argument("--n-test", type=int, default=50, help="held-out prompts for accuracy before/after")
+        sp.add_argument("--n-test", type=int, default=None,
+                        help="held-out prompts for accuracy before/after (default: 50, or a fifth of a smaller file)")
         sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
 
     def run_args(sp):

@@ -78,7 +78,7 @@ class Task:
         return {"match": self.match, "max_new_tokens": self.max_completion_length or DEFAULT_EVAL_LENGTH, **kwargs}
 
 
-def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int = 50,
+def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int | None = None,
               seed: int = 0, template: str | None = None, prompt_column: str = "prompt",
               answer_column: str = "answer") -> Task:
     """arithmetic: 'Add a and b.' over 0..9, rewarded for a right final number (1.0) and brevity
@@ -90,9 +90,11 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
     file: a local jsonl/json/csv/parquet with a prompt column and an answer column (names settable);
     answers may be numbers or text, or a list of accepted answers, matched as rewards.is_correct says.
     Its completion length is left to the preset, or to the pre-flight (`preflight.fit_task`).
+    n_test: the held-out rows for accuracy before/after; by default 50, or a fifth of a smaller file's
+    rows (`default_n_test`), so that a small file still leaves most of its rows to train on.
     """
     if name == "arithmetic":
-        ds = arithmetic_task(n_train=n_train, n_test=n_test, seed=seed, template=template)
+        ds = arithmetic_task(n_train=n_train, n_test=N_TEST if n_test is None else n_test, seed=seed, template=template)
         return Task(name, ds["train"], ds["test"], (correct_answer, brevity()), (1.0, 0.2), "final", 16)
     if name == "gsm8k":
         data = load_gsm8k(path or "openai/gsm8k")
@@ -103,7 +105,16 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
         data = load_local(path, prompt_column=prompt_column, answer_column=answer_column)
     else:
         raise DataError(f"Unknown task '{name}'. Choose one of: {', '.join(TASKS)}.")
+    n_test = default_n_test(len(data)) if n_test is None else n_test
     return Task(name, *_split(data, n_test, seed, path or name), (correct_answer,))
+
+
+N_TEST = 50  # held-out prompts: enough to tell 0.7 from 0.9 (a standard error of ~0.06)
+
+
+def default_n_test(rows: int) -> int:
+    """Held-out rows for a dataset of `rows`: N_TEST, or a fifth of a dataset too small to spare them."""
+    return min(N_TEST, max(1, rows // 5))
 
 
 def _split(data: Dataset, n_test: int, seed: int, source: str) -> tuple[Dataset, Dataset]:

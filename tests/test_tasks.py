@@ -47,6 +47,13 @@ def test_a_file_task_with_word_answers(tmp_path):
     assert ["cold", "chilly"] in answers and "warm" in answers  # a list stays a list of accepted answers
 
 
+@pytest.mark.parametrize("rows,held_out", [(60, 12), (250, 50), (1000, 50), (4, 1)])
+def test_a_small_file_holds_out_a_fifth_by_default(tmp_path, rows, held_out):
+    path = write_jsonl(tmp_path / "own.jsonl", [{"prompt": f"q{i}", "answer": str(i)} for i in range(rows)])
+    task = rloo_kit.load_task("file", path=path)
+    assert (len(task.train), len(task.test)) == (rows - held_out, held_out)
+
+
 @pytest.mark.parametrize("content,n_test,match", [
     ("", 50, "is empty"),
     ('{"prompt": "a", "answer": "1"}\n' * 10, 50, r"10 row\(s\).*--n-test"),
