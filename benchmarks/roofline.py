@@ -86,6 +86,80 @@ def step_flops(cfg, batch: int, prompt: int, completion: int, lora_r: int, legac
             "optimizer": 12 * n_lora, "rewards": 0, "rest": 0}
 
 
+def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, repeats: int = 3) -> dict:
+    """Each phase's matrix products alone, on the model's own bf16 weights at the step's row counts: what the
+    phase would take if nothing but its linear layers ran (attention's products left out). Decoding uses
+    oneDNN's packed weights where the step does (`packed`), as the kit's sampler does."""
+    import torch.nn.functional as F
+
+    from rloo_kit.cpu_step import PACKED_ROWS
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = base.get_output_embeddings()
+    body = [m.weight.detach() for name, m in base.named_modules()
+            if type(m) is torch.nn.Linear and "lora_" not in name and m is not head]
+    head_w = head.weight.detach()
+    gen, dtype = torch.Generator().manual_seed(0), head_w.dtype
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    lora = [(randn(lora_r, w.shape[1]), randn(w.shape[0], lora_r)) for w in body]
+    pack = {id(w): torch.ops.mkldnn._reorder_linear_weight(w, PACKED_ROWS) for w in [*body, head_w]} if packed else {}
+
+    def linear(x, w):
+        return torch.ops.mkldnn._linear_pointwise(x, pack[id(w)], None, "none", [], "")
+
+    def inputs(rows):  # one input per width; every product reads the one of its width
+        return {n: randn(rows, n) for n in {w.shape[1] for w in body} | {w.shape[0] for w in body}}
+
+    def forward(rows, head_rows, adapters, use_pack=False):
+        x, hx, mm = inputs(rows), randn(head_rows, head_w.shape[1]), linear if use_pack else F.linear
+
+        def run():
+            for w, (a, b) in zip(body, lora, strict=True):
+                mm(x[w.shape[1]], w)
+                if adapters:
+                    F.linear(F.linear(x[w.shape[1]], a), b)
+            mm(hx, head_w)
+        return run
+
+    def backward(rows, head_rows):
+        g, hx, logits = inputs(rows), randn(head_rows, head_w.shape[1]), randn(head_rows, head_w.shape[0])
+
+        def run():
+            for w, (a, b) in zip(body, lora, strict=True):
+                out, inp = w.shape
+                g[out] @ w  # the input's gradient through the frozen weight
+                t = F.linear(g[inp], a)  # LoRA: its input's product, recomputed by autograd from saved t
+                g[out].t() @ t  # dB
+                gt = g[out] @ b  # dt
+                gt.t() @ g[inp]  # dA
+                gt @ a  # dx through the adapter
+            F.linear(hx, head_w)  # the log-prob backward recomputes the logits
+            logits @ head_w  # and takes the hidden states' gradient
+        return run
+
+    def best(fn, times=1):
+        fn()
+        return min(_timed(fn) for _ in range(repeats)) * times
+
+    full, scored = shapes["batch"] * shapes["seq"], shapes["batch"] * shapes["completion"]
+    decode_steps = shapes["seq"] - shapes["prefill_tokens"] - 1
+    return {"generate_prefill": best(forward(shapes["prefill_rows"] * shapes["prefill_tokens"],
+                                             shapes["prefill_rows"], True)),
+            "generate_decode": best(forward(shapes["batch"], shapes["batch"], True, use_pack=packed), decode_steps),
+            "reference_fwd": best(forward(full, scored, False)),
+            "policy_fwd": best(forward(full, scored, True)),
+            "backward": best(backward(full, scored))}
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 class PhaseClock:
     def __init__(self):
         self.seconds = collections.defaultdict(float)
@@ -201,6 +275,7 @@ def main() -> None:
 
     import rloo_kit
     from rloo_kit import compat
+    from rloo_kit.cpu_step import packing_available
     from rloo_kit.hardware import cpu_compute
     from rloo_kit.tasks import load_task
 
@@ -232,18 +307,25 @@ def main() -> None:
     total = sum(flops.values())
     bf16 = cpu_compute().bf16 and a.path == "fast"
     ref_peak = peak["matmul_bf16_gflops"] if bf16 else peak["matmul_fp32_gflops"]
-    rows = ["| phase | GFLOP | seconds | GFLOP/s | % of fp32 peak | % of bf16 peak |", "|---|---|---|---|---|---|"]
+    matmuls = matmul_seconds(trainer.model, shapes, preset.lora_r, packed=bf16 and packing_available())
+    if a.path == "legacy":  # its separate scoring pass is a policy forward without gradients
+        matmuls["old_policy_fwd"] = matmuls["policy_fwd"]
+    rows = ["| phase | GFLOP | seconds | GFLOP/s | % of fp32 peak | % of bf16 peak | its matmuls alone (s) |",
+            "|---|---|---|---|---|---|---|"]
     table = {}
     for k in flops:
-        s, f = phase_s.get(k, 0.0), flops[k]
+        s, f, m = phase_s.get(k, 0.0), flops[k], matmuls.get(k)
         rate = f / s / 1e9 if s > 0 and f > 0 else 0.0
-        table[k] = {"gflop": round(f / 1e9, 2), "seconds": round(s, 3), "gflops": round(rate, 1)}
+        table[k] = {"gflop": round(f / 1e9, 2), "seconds": round(s, 3), "gflops": round(rate, 1),
+                    "matmul_seconds": None if m is None else round(m, 3)}
         if s or f:
             fp32_pct, bf16_pct = 100 * rate / peak["matmul_fp32_gflops"], 100 * rate / peak["matmul_bf16_gflops"]
-            rows.append(f"| {k} | {f / 1e9:.1f} | {s:.3f} | {rate:.1f} | {fp32_pct:.0f}% | {bf16_pct:.0f}% |")
-    whole = total / step_s / 1e9
+            alone = "" if m is None else f"{m:.3f}"
+            rows.append(f"| {k} | {f / 1e9:.1f} | {s:.3f} | {rate:.1f} | {fp32_pct:.0f}% | {bf16_pct:.0f}% | {alone} |")
+    whole, floor = total / step_s / 1e9, sum(matmuls.values())
     rows.append(f"| **whole step** | {total / 1e9:.1f} | {step_s:.3f} | {whole:.1f} | "
-                f"{100 * whole / peak['matmul_fp32_gflops']:.0f}% | {100 * whole / peak['matmul_bf16_gflops']:.0f}% |")
+                f"{100 * whole / peak['matmul_fp32_gflops']:.0f}% | {100 * whole / peak['matmul_bf16_gflops']:.0f}% | "
+                f"{floor:.3f} |")
     choice = cpu_compute()
     result = {**stamp(), "cpu_flags": list(choice.flags), "cpu_path": choice.describe() if a.path == "fast"
               else "legacy: fp32, 0.1 log-prob path, separate old-policy pass", "path": a.path, "peaks": peak,
@@ -251,6 +333,8 @@ def main() -> None:
               "step_seconds": [round(s, 3) for s in steps.step_seconds], "mean_step_seconds": round(step_s, 3),
               "step_gflop": round(total / 1e9, 1), "achieved_gflops": round(whole, 1),
               "achieved_fraction_of_reference_peak": round(whole / ref_peak, 3),
+              "matmuls_alone_seconds": round(floor, 3),
+              "matmuls_alone_fraction_of_reference_peak": round(total / floor / 1e9 / ref_peak, 3),
               "reference_peak": "bf16" if bf16 else "fp32", "goal": ">= 40% of the bf16 matmul peak where bf16 is used"}
     notes = (f"Peaks: 2048^2 matmul {peak['matmul_fp32_gflops']} GFLOP/s fp32, {peak['matmul_bf16_gflops']} bf16; "
              f"copy {peak['copy_gb_per_s']} GB/s (read + write). CPU flags: {', '.join(choice.flags)}. Path: "
@@ -258,7 +342,11 @@ def main() -> None:
              f"prompt + {shapes['completion']} completion tokens), completions forced to full length; prefill "
              f"{shapes['prefill_rows']} rows x {shapes['prefill_tokens']} tokens; FLOPs counted as run; mean of "
              f"steps 2..{a.steps}. Whole step at {whole:.0f} GFLOP/s = {100 * whole / ref_peak:.0f}% of the "
-             f"{result['reference_peak']} peak. {load_note(result)}")
+             f"{result['reference_peak']} peak. The last column replays each phase's linear layers alone, on the "
+             f"model's weights at the step's row counts (attention's products and everything else left out): "
+             f"{floor:.2f} s of the step's {step_s:.2f} s, so a step of nothing but its matrix products would run "
+             f"at {100 * total / floor / 1e9 / ref_peak:.0f}% of the peak; the other {step_s - floor:.2f} s go to "
+             f"elementwise work, attention, sampling and per-operation overhead. {load_note(result)}")
     write("roofline" if a.path == "fast" else "roofline-legacy", result, rows, notes=notes)
 
 

@@ -22,7 +22,7 @@ from .errors import (
     RewardError,
     RlooKitError,
 )
-from .evaluation import compare, evaluate, evaluate_base_and_adapter, pass_at_k
+from .evaluation import compare, evaluate, evaluate_base_and_adapter, paired_change, pass_at_k
 from .hardware import Hardware, detect_hardware
 from .memory import ModelShape, estimate_memory
 from .models import attach_lora, load_adapter, load_model, merge_and_save, save_adapter
@@ -48,6 +48,6 @@ __all__ = [
     "Task", "Thresholds", "load_task", "plan_run", "preflight",
     "arithmetic_task", "attach_lora", "build_trainer", "compare", "detect_hardware", "estimate_memory",
     "evaluate", "evaluate_base_and_adapter", "fetch_model", "get_preset", "list_presets", "load_adapter",
-    "load_gsm8k", "load_local", "load_model", "make_config", "merge_and_save", "pass_at_k", "pick_preset",
-    "save_adapter", "train",
+    "load_gsm8k", "load_local", "load_model", "make_config", "merge_and_save", "paired_change", "pass_at_k",
+    "pick_preset", "save_adapter", "train",
 ]

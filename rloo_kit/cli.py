@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from .errors import RewardError, RlooKitError
@@ -140,6 +141,7 @@ def cmd_preflight(args) -> int:
 
 def cmd_train(args) -> int:
     from .distributed import is_main_process, world_size
+    from .evaluation import paired_change
     from .preflight import fit_task
     from .training import ADAPTER_DIR, build_trainer, train
 
@@ -183,11 +185,13 @@ def cmd_train(args) -> int:
     train(trainer, resume=args.resume)
     minutes = (time.time() - start) / 60
     after = task.evaluate(trainer.model, tok)
+    change = paired_change(before, after)
     diagnoses = trainer.health_monitor.diagnoses if trainer.health_monitor else []
     metrics.update(steps=trainer.state.global_step, trained=True, minutes=round(minutes, 2),
                    max_completion_length=task.max_completion_length, accuracy_before=before.accuracy,
                    accuracy_after=after.accuracy, before=before.summary(), after=after.summary(),
-                   adapter=str(out / ADAPTER_DIR), diagnoses=[d.kind for d in diagnoses])
+                   paired=None if change is None else asdict(change), adapter=str(out / ADAPTER_DIR),
+                   diagnoses=[d.kind for d in diagnoses])
     if is_main_process():  # under `accelerate launch` every process evaluated; one writes
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     for d in diagnoses:
@@ -195,6 +199,8 @@ def cmd_train(args) -> int:
     delta = f" ({after.accuracy - before.accuracy:+.2f})" if before.accuracy is not None else ""
     print(f"held-out accuracy: before {_fmt(before.accuracy)} -> after {_fmt(after.accuracy)}{delta} · "
           f"{trainer.state.global_step} steps in {minutes:.1f} min")
+    if change is not None:
+        print(f"  {change}")
     print(f"adapter: {out / ADAPTER_DIR}; metrics: {out / 'metrics.json'}")
     return 0
 
@@ -204,7 +210,7 @@ def _fmt(accuracy: float | None) -> str:
 
 
 def cmd_eval(args) -> int:
-    from .evaluation import compare
+    from .evaluation import compare, paired_change
     from .models import adapter_base_model, load_adapter, load_model
     from .tasks import load_task
 
@@ -217,8 +223,12 @@ def cmd_eval(args) -> int:
     model = load_adapter(base, args.adapter)
     before, after = task.evaluate_base_and_adapter(model, tok, samples=args.samples, greedy=args.samples == 1)
     print(compare(before, after).to_string(float_format=lambda v: f"{v:.3f}"))
+    change = paired_change(before, after)
+    if change is not None:
+        print(change)
     if args.output:
-        Path(args.output).write_text(json.dumps({"base": before.summary(), "adapter": after.summary()}, indent=2))
+        Path(args.output).write_text(json.dumps({"base": before.summary(), "adapter": after.summary(),
+                                                 "paired": None if change is None else asdict(change)}, indent=2))
     return 0
 
 

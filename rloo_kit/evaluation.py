@@ -183,6 +183,39 @@ def compare(base: EvalReport, tuned: EvalReport, names: tuple[str, str] = ("base
                          "difference": [b[k] - a[k] for k in keys]}, index=pd.Index(keys, name="metric"))
 
 
+@dataclass(frozen=True)
+class PairedChange:
+    """Base and adapter on the same held-out prompts, prompt by prompt: a difference of a prompt or two is
+    what luck alone gives on a few dozen prompts, and the accuracy difference alone does not say so."""
+
+    better: int  # prompts the adapter gets right more often than the base
+    worse: int  # and less often
+    prompts: int
+    p_value: float  # exact two-sided sign test over the prompts that changed (McNemar's, for one sample each)
+
+    def __str__(self) -> str:
+        verdict = "more than luck" if self.p_value < 0.05 else "luck alone often does as much"
+        return (f"{self.better} prompt(s) better, {self.worse} worse, of {self.prompts} "
+                f"(sign test p = {self.p_value:.2g}: {verdict})")
+
+
+def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
+    """Which prompts the adapter answers right more (or less) often than the base; None without answers.
+    Both reports must come from the same prompts with the same number of samples."""
+    if base.accuracy is None or tuned.accuracy is None:
+        return None
+    if len(base.completions) != len(tuned.completions) or base.samples != tuned.samples:
+        raise ValueError("paired_change needs two evaluations of the same prompts with the same number of samples.")
+    k = base.samples
+    right = [[sum(r["correct"] for r in rows[i:i + k]) for i in range(0, len(rows), k)]
+             for rows in (base.completions, tuned.completions)]
+    better = sum(b > a for a, b in zip(*right, strict=True))
+    worse = sum(b < a for a, b in zip(*right, strict=True))
+    n = better + worse
+    p = min(1.0, 2 * sum(comb(n, i) for i in range(min(better, worse) + 1)) / 2**n) if n else 1.0
+    return PairedChange(better, worse, len(right[0]), p)
+
+
 def sample_table(base: EvalReport, tuned: EvalReport, n: int = 10) -> pd.DataFrame:
     """Side-by-side completions for the first n prompts."""
     rows = []

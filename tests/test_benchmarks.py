@@ -19,3 +19,23 @@ def test_worker_measures_a_tiny_run(via, tmp_path):
     assert result["via"] == via and len(result["step_seconds"]) == 3 and len(result["rewards"]) == 3
     assert result["mean_completion_length"] == 8  # --fixed-length: every completion runs to --mcl
     assert result["peak_rss_gb"] > 0.1 and result["estimate_gb"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_roofline_replays_each_phases_matmuls(tiny_model_dir, dtype, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import rloo_kit
+    from rloo_kit.cpu_step import packing_available
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from roofline import matmul_seconds
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=getattr(torch, dtype))
+    model = rloo_kit.attach_lora(model, preset="cpu")
+    shapes = {"batch": 4, "seq": 12, "completion": 4, "prefill_rows": 2, "prefill_tokens": 7}
+    packed = dtype == "bfloat16" and packing_available()
+    seconds = matmul_seconds(model, shapes, lora_r=4, packed=packed, repeats=1)
+    assert set(seconds) == {"generate_prefill", "generate_decode", "reference_fwd", "policy_fwd", "backward"}
+    assert all(s > 0 for s in seconds.values())

@@ -96,7 +96,9 @@ def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_pat
     assert main(["eval", "--adapter", str(out / "adapter"), "--model", str(tiny_model_dir), "--task", "file",
                  "--path", str(opposites_file(tmp_path)), "--prompt-column", "question", "--answer-column", "reply",
                  "--n-test", "4", "--output", str(tmp_path / "eval.json")]) == 0
-    assert json.loads((tmp_path / "eval.json").read_text())["adapter"]["accuracy"] == m["accuracy_after"]
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert evaluated["adapter"]["accuracy"] == m["accuracy_after"]
+    assert evaluated["paired"] == m["paired"] and m["paired"]["prompts"] == 4  # the same held-out prompts
 
 
 @pytest.mark.parametrize("args,message", [

@@ -2,7 +2,15 @@ import pytest
 import torch
 
 import rloo_kit
-from rloo_kit.evaluation import compare, evaluate, evaluate_base_and_adapter, pass_at_k, sample_table
+from rloo_kit.evaluation import (
+    EvalReport,
+    compare,
+    evaluate,
+    evaluate_base_and_adapter,
+    paired_change,
+    pass_at_k,
+    sample_table,
+)
 from rloo_kit.rewards import correct_answer
 
 
@@ -52,3 +60,24 @@ def test_base_and_adapter_from_one_model(tiny_lora):
     assert [r["completion"] for r in base2.completions] == [r["completion"] for r in base.completions]
     assert [r["completion"] for r in tuned2.completions] != [r["completion"] for r in base.completions]
     assert len(sample_table(base2, tuned2, n=3)) == 3
+
+
+def _report(correct: list[list[bool]]) -> EvalReport:
+    """A report with these right/wrong samples per prompt (nothing else in it matters here)."""
+    rows = [{"prompt": f"q{i}", "completion": "", "correct": ok} for i, group in enumerate(correct) for ok in group]
+    flat = [ok for group in correct for ok in group]
+    return EvalReport(sum(flat) / len(flat), {}, {}, 1.0, 0.0, len(correct[0]), rows)
+
+
+def test_paired_change_counts_prompts_and_tests_the_sign():
+    one_worse = paired_change(_report([[True]] * 12), _report([[True]] * 11 + [[False]]))
+    assert (one_worse.better, one_worse.worse, one_worse.prompts) == (0, 1, 12)
+    assert one_worse.p_value == 1.0 and "luck alone" in str(one_worse)
+    ten_better = paired_change(_report([[False]] * 10 + [[True]] * 2), _report([[True]] * 12))
+    assert (ten_better.better, ten_better.worse) == (10, 0)
+    assert ten_better.p_value == pytest.approx(2 / 2**10) and "more than luck" in str(ten_better)
+    mixed = paired_change(_report([[True, False]] * 3), _report([[True, True], [False, False], [True, False]]))
+    assert (mixed.better, mixed.worse, mixed.prompts) == (1, 1, 3)  # by each prompt's share of right samples
+    assert mixed.p_value == 1.0
+    with pytest.raises(ValueError, match="same prompts"):
+        paired_change(_report([[True]] * 3), _report([[True]] * 4))
