@@ -88,8 +88,8 @@ def step_flops(cfg, batch: int, prompt: int, completion: int, lora_r: int, legac
 
 def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, repeats: int = 3) -> dict:
     """Each phase's matrix products alone, on the model's own bf16 weights at the step's row counts: what the
-    phase would take if nothing but its linear layers ran (attention's products left out). Decoding uses
-    oneDNN's packed weights where the step does (`packed`), as the kit's sampler does."""
+    phase would take if nothing but its linear layers ran (attention's products left out). Decoding runs them
+    as the kit's sampler does (`cpu_step`): packed weights where the step packs them (`packed`), lean LoRA."""
     import torch.nn.functional as F
 
     from rloo_kit.cpu_step import PACKED_ROWS
@@ -113,15 +113,20 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, repeats: int 
     def inputs(rows):  # one input per width; every product reads the one of its width
         return {n: randn(rows, n) for n in {w.shape[1] for w in body} | {w.shape[0] for w in body}}
 
-    def forward(rows, head_rows, adapters, use_pack=False):
-        x, hx, mm = inputs(rows), randn(head_rows, head_w.shape[1]), linear if use_pack else F.linear
+    def forward(rows, head_rows, adapters, sampler=False):
+        """PEFT's LoRA (two F.linear) or, for `sampler`, the kit's: packed base weights, x A^T, then one addmm_."""
+        x, hx = inputs(rows), randn(head_rows, head_w.shape[1])
+        lean = [(a.t().contiguous(), b.t().contiguous()) for a, b in lora] if sampler else lora
+        base = linear if sampler and packed else F.linear
 
         def run():
-            for w, (a, b) in zip(body, lora, strict=True):
-                mm(x[w.shape[1]], w)
-                if adapters:
+            for w, (a, b) in zip(body, lean, strict=True):
+                out = base(x[w.shape[1]], w)
+                if sampler:
+                    out.addmm_(x[w.shape[1]] @ a, b)
+                elif adapters:
                     F.linear(F.linear(x[w.shape[1]], a), b)
-            mm(hx, head_w)
+            base(hx, head_w)
         return run
 
     def backward(rows, head_rows):
@@ -148,7 +153,7 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, repeats: int 
     decode_steps = shapes["seq"] - shapes["prefill_tokens"] - 1
     return {"generate_prefill": best(forward(shapes["prefill_rows"] * shapes["prefill_tokens"],
                                              shapes["prefill_rows"], True)),
-            "generate_decode": best(forward(shapes["batch"], shapes["batch"], True, use_pack=packed), decode_steps),
+            "generate_decode": best(forward(shapes["batch"], shapes["batch"], True, sampler=True), decode_steps),
             "reference_fwd": best(forward(full, scored, False)),
             "policy_fwd": best(forward(full, scored, True)),
             "backward": best(backward(full, scored))}

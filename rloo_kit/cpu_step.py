@@ -27,7 +27,8 @@ fp32, but the prompt's pass then adds bf16 to fp32 tensors, which is slow); merg
 weights for sampling: a young adapter's B A is mostly below half a bf16 step of the weight it is added
 to, so the merge rounds it away and the sampler lags the policy (93% of SmolLM2's merged delta entries
 were zero after one step, 27% after thirty); torch.compile of the decoder layers: 15 s to compile, then
-a recompile per layer as the cache grows.
+a recompile per layer as the cache grows; transformers' own compiled decoding (a static cache and a
+CompileConfig that allows CPUs): 68 s to compile, then 1.37 s a generation against this sampler's 0.96 s.
 """
 
 from __future__ import annotations
