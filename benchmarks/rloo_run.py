@@ -151,6 +151,8 @@ def main() -> None:
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     shape = ModelShape.from_config(trainer.model.config)
+    base = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    bf16_base = not torch.cuda.is_available() and base.dtype == torch.bfloat16  # the kit's bf16 CPU path
     preset = get_preset(a.preset)
     tok = trainer.processing_class
     prompt_tokens = max(len(tok(tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
@@ -172,7 +174,7 @@ def main() -> None:
         "peak_rss_gb": round(peak_rss_gb(), 3),
         "cuda_peak_gb": round(torch.cuda.max_memory_allocated() / 1024**3, 3) if torch.cuda.is_available() else None,
         "estimate_gb": round(estimate_memory(shape, sized, device="cuda" if torch.cuda.is_available() else "cpu",
-                                             prompt_length=prompt_tokens).total_gb, 3),
+                                             prompt_length=prompt_tokens, cpu_bf16=bf16_base).total_gb, 3),
         "params": shape.params, "prompt_tokens": prompt_tokens,
     }))
 

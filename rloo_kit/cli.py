@@ -46,19 +46,21 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_presets(args) -> int:
+    from .hardware import detect_hardware
     from .memory import FIT_MARGIN, estimate_memory
     from .presets import list_presets
 
     header = ["preset", "memory", "models up to", "4-bit", "lora r", "seq", "gens", "batch", "completion", "lr",
               "beta"] + (["estimate"] if args.model else [])
     table = [header]
+    cpu_bf16 = bool(args.model) and detect_hardware().cpu_bf16  # the cpu row: this machine's CPU path
     for p in list_presets():
         row = [p.name, f"{p.memory_gb:g} GiB", f"{p.max_params_b:g}B", "yes" if p.load_in_4bit else "no",
                str(p.lora_r), str(p.max_seq_length), str(p.num_generations), str(p.per_device_train_batch_size),
                str(p.max_completion_length), f"{p.learning_rate:g}", f"{p.beta:g}"]
         if args.model:
             device = "cpu" if p.name == "cpu" else "cuda"
-            est = estimate_memory(args.model, p, device=device).total_gb
+            est = estimate_memory(args.model, p, device=device, cpu_bf16=cpu_bf16).total_gb
             row.append(f"{est:.2f} GiB" + ("" if est <= p.memory_gb * FIT_MARGIN[device] else " (too big)"))
         table.append(row)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]

@@ -103,18 +103,20 @@ class MemoryEstimate:
 
 
 def estimate_memory(model: ModelShape | float | str, preset: TrainingShape, *, prompt_length: int = 64,
-                    device: str | None = None) -> MemoryEstimate:
+                    device: str | None = None, cpu_bf16: bool = False) -> MemoryEstimate:
     """Peak training memory of one RLOO step on one device, in GiB. The formula, term by term:
 
     - weights: 4-bit NF4 is 0.5 byte per parameter plus a 1/16 block-scale overhead for the linear
       layers; embeddings stay 16-bit. Otherwise 2 bytes (bf16/fp16 on a GPU) or 4 bytes on a CPU: fp32
-      weights, or bf16 ones plus the packed bf16 copy the sampler keeps (`cpu_step.pack_frozen_weights`).
+      weights, or bf16 ones plus the packed bf16 copy the sampler keeps (`cpu_step.pack_frozen_weights`);
+      `cpu_bf16` is `Hardware.cpu_bf16`, whether the CPU trains on that bf16 path.
     - LoRA: r x (in + out) per adapted matrix per layer (about 11*hidden + 3*intermediate per layer
       for all-linear targets); 16 bytes each (fp32 weight, grad, two Adam moments).
-    - activations: B = per_device_train_batch_size completions of T = prompt_length + max_completion_length
-      tokens. The KV cache while generating, 2 x layers x B x T x kv_dim, plus what backward keeps:
-      ~18 x hidden + 4 x intermediate values per token per layer (one layer's worth with gradient
-      checkpointing, plus a hidden-size input per layer), plus one chunk of log-softmax over the vocabulary.
+    - activations (2 bytes a value, 4 on a CPU in fp32): B = per_device_train_batch_size completions of
+      T = prompt_length + max_completion_length tokens. The KV cache while generating, 2 x layers x B x T x
+      kv_dim, plus what backward keeps: ~18 x hidden + 4 x intermediate values per token per layer (one
+      layer's worth with gradient checkpointing, plus a hidden-size input per layer), plus one chunk of
+      log-softmax over the vocabulary.
     - overhead: OVERHEAD_GB for the device (default: "cpu" for the cpu preset, else "cuda").
     Under data parallelism every process holds all of this: it is the memory each GPU needs.
     """
@@ -123,12 +125,12 @@ def estimate_memory(model: ModelShape | float | str, preset: TrainingShape, *, p
     shape = model_shape(model)
     device = device or ("cpu" if getattr(preset, "name", None) == "cpu" else "cuda")
     device = "cuda" if device == "cuda" else "cpu"  # mps trains as cpu
-    act_bytes = 4 if device == "cpu" else 2
+    act_bytes = 4 if device == "cpu" and not (cpu_bf16 and not preset.load_in_4bit) else 2
     embed = shape.vocab * shape.hidden
     if preset.load_in_4bit:
         weights = (shape.params - embed) * 0.5 * (1 + 1 / 16) + embed * 2
     else:
-        weights = shape.params * act_bytes
+        weights = shape.params * (4 if device == "cpu" else 2)  # CPU: fp32, or bf16 + its packed copy
     lora_params = shape.layers * preset.lora_r * (11 * shape.hidden + 3 * shape.intermediate)
     tokens = preset.per_device_train_batch_size * (prompt_length + preset.max_completion_length)
     kv_cache = 2 * shape.layers * tokens * shape.kv_dim * act_bytes

@@ -132,10 +132,10 @@ def pick_preset(hardware: Hardware | None = None, model: ModelShape | float | st
         return candidates[0]
     budget = hw.total_memory_gb * FIT_MARGIN[device]
     for preset in candidates:
-        if estimate_memory(model, preset, device=device).total_gb <= budget:
+        if estimate_memory(model, preset, device=device, cpu_bf16=hw.cpu_bf16).total_gb <= budget:
             return preset
     smallest = candidates[-1]
-    need = estimate_memory(model, smallest, device=device).total_gb
+    need = estimate_memory(model, smallest, device=device, cpu_bf16=hw.cpu_bf16).total_gb
     raise ModelTooLargeError(
         f"The model needs about {need:.1f} GiB with the smallest fitting preset '{smallest.name}', but this "
         f"{hw.device} ({hw.name}) has {hw.total_memory_gb:.1f} GiB. Pick a smaller model (the '{smallest.name}' "

@@ -116,6 +116,14 @@ def test_estimate_grows_with_model_and_batch():
         estimate_memory("1.5B", "cpu")
 
 
+def test_the_bf16_cpu_path_halves_activations_and_keeps_four_bytes_a_weight():
+    fp32, bf16 = (estimate_memory("1.5B", get_preset("cpu"), cpu_bf16=b) for b in (False, True))
+    assert bf16.weights_gb == fp32.weights_gb  # bf16 weights plus the sampler's packed bf16 copy
+    assert bf16.activations_gb < 0.6 * fp32.activations_gb  # bf16 values; the fp32 log-prob tile stays
+    four_bit = dataclasses.replace(get_preset("cpu"), load_in_4bit=True)  # 4-bit on a CPU is not the bf16 path
+    assert estimate_memory("1.5B", four_bit, cpu_bf16=True) == estimate_memory("1.5B", four_bit)
+
+
 def test_parse_params():
     assert parse_params("135M") == 135e6 and parse_params("1.5B") == 1.5e9 and parse_params(7e9) == 7e9
     with pytest.raises(ConfigError):
