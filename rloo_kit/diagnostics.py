@@ -57,6 +57,33 @@ class Diagnosis:
         return f"[{self.kind} at step {self.step}] {self.message}\n  Fix: {self.fix}"
 
 
+SPREAD_KEY = "frac_task_reward_zero_std"  # logged by `log_task_reward_spread`
+
+
+def log_task_reward_spread(trainer) -> None:
+    """Log, each step, the share of prompts whose completions all got the same reward from the reward
+    functions, as `frac_task_reward_zero_std`. TRL's `frac_reward_zero_std` is taken after RLOO subtracts
+    beta x KL from each reward, and completions that differ have different KL: once the policy has moved
+    from the reference, a group with one reward for every completion no longer counts, and reward collapse
+    goes unseen. Wraps TRL's `_calculate_rewards` (which returns every process's rewards per function)."""
+    import torch
+    from trl.trainer.utils import nanstd
+
+    calculate = trainer._calculate_rewards
+
+    def calculate_rewards(*args, **kwargs):
+        per_func = calculate(*args, **kwargs)
+        weights = trainer.reward_weights.to(per_func.device)
+        group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1).view(-1, group)
+        std = nanstd(rewards, dim=1)
+        zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+        trainer._metrics["train" if trainer.model.training else "eval"][SPREAD_KEY].append(zero)
+        return per_func
+
+    trainer._calculate_rewards = calculate_rewards
+
+
 def _series(history: list[dict], key: str) -> list[float]:
     return [h[key] for h in history if h.get(key) is not None]
 
@@ -96,9 +123,10 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
                 found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
                                          "kl": "not logged (beta=0)"}
 
-    zero = [h.get("frac_reward_zero_std") for h in recent]
+    key = SPREAD_KEY if any(SPREAD_KEY in h for h in recent) else "frac_reward_zero_std"
+    zero = [h.get(key) for h in recent]
     if len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero):
-        found["reward_collapse"] = {"frac_reward_zero_std": zero[-1], "reward": recent[-1].get("reward")}
+        found["reward_collapse"] = {key: zero[-1], "reward": recent[-1].get("reward")}
 
     clipped = [h.get("completions/clipped_ratio") for h in recent]
     if len(recent) == t.patience and all(c is not None and c >= t.clipped_ratio for c in clipped):

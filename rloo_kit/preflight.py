@@ -115,7 +115,7 @@ class PreflightReport:
         lines = [f"pre-flight: {len(self.prompts)} prompts x {self.num_generations} completions, up to "
                  f"{self.max_completion_length} tokens, temperature {self.temperature:g} ({self.seconds:.0f} s)",
                  f"  prompts without reward spread: {self.zero_spread_fraction:.0%} (what training logs as "
-                 f"frac_reward_zero_std)",
+                 f"frac_task_reward_zero_std)",
                  f"  completions cut at {self.max_completion_length} tokens: {self.truncation_rate:.0%}; those that "
                  f"end need {self.needed_lengths.get('p50', 0)} tokens (median), {self.needed_lengths.get('p90', 0)} "
                  f"(90%) -> suggested max_completion_length {self.suggested_max_completion_length}"]

@@ -25,7 +25,7 @@ from trl import RLOOConfig, RLOOTrainer
 from .compat import patch_trl_for_cpu, reuse_policy_forward
 from .cpu_step import speed_up_cpu_step
 from .data import validate_dataset
-from .diagnostics import HealthMonitor
+from .diagnostics import HealthMonitor, log_task_reward_spread
 from .distributed import barrier, is_main_process, plain_cpu_device, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
 from .live import attach_live_view
@@ -82,6 +82,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
                           callbacks=[*([monitor] if monitor else []), *callbacks])
     _use_base_as_reference(trainer.model)
+    log_task_reward_spread(trainer)  # reward collapse as the rewards say it, before TRL's KL penalty
     reuse_policy_forward(trainer)  # CPU, one pass per generation: the scoring forward doubles as the loss's
     speed_up_cpu_step(trainer)  # CPU, bf16 base: bf16 LoRA compute; a leaner sampler (rloo_kit.cpu_step)
     trainer.health_monitor = monitor

@@ -98,3 +98,39 @@ def test_online_monitor_reports_once_and_stops_on_request():
 def test_unknown_stop_kind_is_refused():
     with pytest.raises(ConfigError, match="kl_explosoin"):
         HealthMonitor(stop_on={"kl_explosoin"})
+
+
+def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():
+    # TRL's share moves with beta x KL once the policy has left the reference; the kit's does not
+    hist = history(frac_reward_zero_std=lambda i: 0.1, frac_task_reward_zero_std=lambda i: 1.0,
+                   reward=lambda i: 1.0, reward_std=lambda i: 0.0)
+    assert "reward_collapse" in kinds(hist)
+    assert "reward_collapse" not in kinds([{k: v for k, v in h.items() if k != "frac_task_reward_zero_std"}
+                                           for h in hist])  # TRL's alone misses it
+
+
+def test_a_constant_reward_after_the_policy_moved_is_logged_as_no_spread(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    import torch
+
+    import rloo_kit
+    from rloo_kit.diagnostics import SPREAD_KEY
+
+    from .helpers import arithmetic_rows
+
+    def constant(prompts, completions, **kwargs):
+        return [1.0] * len(completions)
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    trainer = rloo_kit.build_trainer(model, tok, arithmetic_rows(8), [constant], preset="cpu",
+                                     output_dir=str(tmp_path), live=False, monitor=False, max_steps=2, beta=0.1,
+                                     **cpu_tiny_overrides)
+    torch.manual_seed(0)
+    with torch.no_grad():  # the policy leaves the reference (the base, adapter off): each completion's KL differs
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2 and all(h["kl"] != 0 for h in logs)
+    assert [h[SPREAD_KEY] for h in logs] == [1.0, 1.0]
+    assert all(h["frac_reward_zero_std"] < 1.0 for h in logs)  # why the monitor reads the kit's share
