@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from .errors import RewardError, RlooKitError
@@ -97,8 +96,10 @@ def cmd_demo(args) -> int:
     metrics = json.loads((out / "metrics.json").read_text())
     print(f"model {metrics['model']} · preset {metrics['preset']} · {metrics['steps']} steps in "
           f"{metrics['minutes']:.1f} min")
+    paired = metrics.get("paired")
+    better = f"; {paired['better']} prompts better, {paired['worse']} worse" if paired else ""
     print(f"held-out accuracy (greedy): before {metrics['accuracy_before']:.2f} -> after "
-          f"{metrics['accuracy_after']:.2f} ({metrics['accuracy_after'] - metrics['accuracy_before']:+.2f})")
+          f"{metrics['accuracy_after']:.2f} ({metrics['accuracy_after'] - metrics['accuracy_before']:+.2f}{better})")
     print(f"executed notebook: {out / notebook.name}; adapter: {metrics.get('adapter')}")
     return 0
 
@@ -192,7 +193,7 @@ def cmd_train(args) -> int:
     metrics.update(steps=trainer.state.global_step, trained=True, minutes=round(minutes, 2),
                    max_completion_length=task.max_completion_length, accuracy_before=before.accuracy,
                    accuracy_after=after.accuracy, before=before.summary(), after=after.summary(),
-                   paired=None if change is None else asdict(change), adapter=str(out / ADAPTER_DIR),
+                   paired=None if change is None else change.to_dict(), adapter=str(out / ADAPTER_DIR),
                    diagnoses=[d.kind for d in diagnoses])
     if is_main_process():  # under `accelerate launch` every process evaluated; one writes
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -230,7 +231,7 @@ def cmd_eval(args) -> int:
         print(change)
     if args.output:
         Path(args.output).write_text(json.dumps({"base": before.summary(), "adapter": after.summary(),
-                                                 "paired": None if change is None else asdict(change)}, indent=2))
+                                                 "paired": None if change is None else change.to_dict()}, indent=2))
     return 0
 
 

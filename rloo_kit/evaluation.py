@@ -193,6 +193,9 @@ class PairedChange:
     prompts: int
     p_value: float  # exact two-sided sign test over the prompts that changed (McNemar's, for one sample each)
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
     def __str__(self) -> str:
         verdict = "more than luck" if self.p_value < 0.05 else "luck alone often does as much"
         return (f"{self.better} prompt(s) better, {self.worse} worse, of {self.prompts} "
