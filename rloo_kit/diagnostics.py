@@ -73,11 +73,14 @@ def log_task_reward_spread(trainer) -> None:
 
     def calculate_rewards(*args, **kwargs):
         per_func = calculate(*args, **kwargs)
-        weights = trainer.reward_weights.to(per_func.device)
+        # TRL's total, as it takes it before the KL penalty: unscorable rows left out, then clipped
+        rewards = (per_func * trainer.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        if trainer.reward_clip_range:
+            rewards = rewards.clamp(*trainer.reward_clip_range)
         group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
-        rewards = (per_func * weights.unsqueeze(0)).nansum(dim=1).view(-1, group)
-        std = nanstd(rewards, dim=1)
-        zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+        std = nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
+        zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()  # as TRL: a NaN spread is not zero
         trainer._metrics["train" if trainer.model.training else "eval"][SPREAD_KEY].append(zero)
         return per_func
 

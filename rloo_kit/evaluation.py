@@ -207,9 +207,10 @@ def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
     Both reports must come from the same prompts with the same number of samples."""
     if base.accuracy is None or tuned.accuracy is None:
         return None
-    if len(base.completions) != len(tuned.completions) or base.samples != tuned.samples:
-        raise ValueError("paired_change needs two evaluations of the same prompts with the same number of samples.")
     k = base.samples
+    prompts = [[r["prompt"] for r in report.completions[::k]] for report in (base, tuned)]
+    if not prompts[0] or prompts[0] != prompts[1] or tuned.samples != k:
+        raise ValueError("paired_change needs two evaluations of the same prompts with the same number of samples.")
     right = [[sum(r["correct"] for r in rows[i:i + k]) for i in range(0, len(rows), k)]
              for rows in (base.completions, tuned.completions)]
     better = sum(b > a for a, b in zip(*right, strict=True))

@@ -65,12 +65,13 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     return model, tok
 
 
-def apply_speed_fixes(model) -> None:
+def apply_speed_fixes(model, device: str | None = None) -> None:
     """What every model gets, loaded by the kit or handed to `build_trainer` (idempotent): a contiguous input
-    for the LM head (`compat.contiguous_lm_head_input`) and, on a CPU in bf16, `attention.grouped_attention`
-    in place of PyTorch's SDPA, which is slow there at RLOO's short sequences."""
+    for the LM head (`compat.contiguous_lm_head_input`) and, when it runs on a CPU (`device`, by default where
+    it is) in bf16, `attention.grouped_attention` in place of PyTorch's SDPA, slow there at RLOO's short
+    sequences."""
     contiguous_lm_head_input(model)
-    if model.device.type == "cpu" and model.dtype == torch.bfloat16:
+    if (device or model.device.type) == "cpu" and model.dtype == torch.bfloat16:
         use_cpu_attention(model)
 
 

@@ -75,8 +75,8 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patch_trl_for_cpu()
-    apply_speed_fixes(model)  # a model loaded outside the kit gets them too
     plain_cpu_device(config)
+    apply_speed_fixes(model, config.device.type)  # a model loaded outside the kit gets them too
     monitor = HealthMonitor() if monitor is True else monitor or None
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
@@ -151,11 +151,14 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
 
 
 def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:
-    """Whether `checkpoint` already holds the run's last step. transformers checks for the end of a run
-    only after a step, so resuming a finished run would train one step past it."""
+    """Whether `checkpoint` already holds the run's last step (max_steps). transformers checks for max_steps
+    only after a step, so resuming such a run would train one step past it. (A run planned in epochs ends at
+    an epoch boundary, which transformers' resume does respect; DeepSpeed and FSDP load checkpoints only
+    once the trainer has prepared the model: both are left to `trainer.train`.)"""
+    if trainer.args.max_steps <= 0 or trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        return False
     state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
-    planned = trainer.args.max_steps if trainer.args.max_steps > 0 else state.max_steps
-    return state.global_step >= planned
+    return state.global_step >= trainer.args.max_steps
 
 
 def _finish_from(trainer: RLOOTrainer, checkpoint: Path) -> TrainOutput:

@@ -134,3 +134,27 @@ def test_a_constant_reward_after_the_policy_moved_is_logged_as_no_spread(tiny_mo
     assert len(logs) == 2 and all(h["kl"] != 0 for h in logs)
     assert [h[SPREAD_KEY] for h in logs] == [1.0, 1.0]
     assert all(h["frac_reward_zero_std"] < 1.0 for h in logs)  # why the monitor reads the kit's share
+
+
+def test_the_spread_is_taken_as_trl_takes_its_rewards():
+    import collections
+    import types
+
+    import torch
+
+    from rloo_kit.diagnostics import SPREAD_KEY, log_task_reward_spread
+
+    nan = float("nan")
+    per_func = torch.tensor([[1.0, 0.0], [1.0, 0.0],  # one reward for both: no spread
+                             [nan, nan], [nan, nan],  # unscorable (TRL: NaN, not 0): not counted as no spread
+                             [0.2, 1.0], [0.9, 0.0],  # weighted 0.2 + 0.5 and 0.9: spread, unless clipped to <= 0.5
+                             [1.0, nan], [1.0, 1.0]])  # None from one function is left out of the sum: 1 and 1.5
+    trainer = types.SimpleNamespace(_calculate_rewards=lambda: per_func, reward_weights=torch.tensor([1.0, 0.5]),
+                                    num_generations=2, model=types.SimpleNamespace(training=True),
+                                    reward_clip_range=None, _metrics=collections.defaultdict(
+                                        lambda: collections.defaultdict(list)))
+    log_task_reward_spread(trainer)
+    assert trainer._calculate_rewards() is per_func
+    trainer.reward_clip_range = (-1.0, 0.5)
+    trainer._calculate_rewards()
+    assert trainer._metrics["train"][SPREAD_KEY] == [0.25, 0.75]  # clipped at 0.5, the last two groups lose theirs

@@ -79,5 +79,9 @@ def test_paired_change_counts_prompts_and_tests_the_sign():
     mixed = paired_change(_report([[True, False]] * 3), _report([[True, True], [False, False], [True, False]]))
     assert (mixed.better, mixed.worse, mixed.prompts) == (1, 1, 3)  # by each prompt's share of right samples
     assert mixed.p_value == 1.0
-    with pytest.raises(ValueError, match="same prompts"):
-        paired_change(_report([[True]] * 3), _report([[True]] * 4))
+    shifted = _report([[True]] * 3)
+    for row in shifted.completions:
+        row["prompt"] += "'"  # three other prompts
+    for other in (_report([[True]] * 4), shifted, _report([[True, True]] * 3)):
+        with pytest.raises(ValueError, match="same prompts"):
+            paired_change(_report([[True]] * 3), other)
