@@ -109,7 +109,8 @@ def estimate_memory(model: ModelShape | float | str, preset: TrainingShape, *, p
     - weights: 4-bit NF4 is 0.5 byte per parameter plus a 1/16 block-scale overhead for the linear
       layers; embeddings stay 16-bit. Otherwise 2 bytes (bf16/fp16 on a GPU) or 4 bytes on a CPU: fp32
       weights, or bf16 ones plus the packed bf16 copy the sampler keeps (`cpu_step.pack_frozen_weights`);
-      `cpu_bf16` is `Hardware.cpu_bf16`, whether the CPU trains on that bf16 path.
+      `cpu_bf16` is `Hardware.cpu_bf16`, whether the CPU trains on that bf16 path (the copy exists where
+      oneDNN runs bf16, which that path's own check asks for; forced bf16 elsewhere makes this an overestimate).
     - LoRA: r x (in + out) per adapted matrix per layer (about 11*hidden + 3*intermediate per layer
       for all-linear targets); 16 bytes each (fp32 weight, grad, two Adam moments).
     - activations (2 bytes a value, 4 on a CPU in fp32): B = per_device_train_batch_size completions of
