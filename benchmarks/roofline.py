@@ -309,19 +309,16 @@ def main() -> None:
     phase_s = {k: (clock.seconds[k] - first.get(k, 0.0)) / n for k in clock.seconds}
     step_s = sum(steps.step_seconds[1:]) / n
     preset = rloo_kit.get_preset("cpu")
-    flops = step_flops(trainer.model.config, shapes["batch"], shapes["seq"] - shapes["completion"],
-                       shapes["completion"], preset.lora_r, legacy=a.path == "legacy",
-                       prefill_rows=shapes["prefill_rows"], prefill_tokens=shapes["prefill_tokens"])
+    step = (trainer.model.config, shapes["batch"], shapes["seq"] - shapes["completion"], shapes["completion"],
+            preset.lora_r, a.path == "legacy", shapes["prefill_rows"], shapes["prefill_tokens"])
+    flops = step_flops(*step)
     phase_s["rest"] = step_s - sum(phase_s.values())
     total = sum(flops.values())
     bf16 = cpu_compute().bf16 and a.path == "fast"
     ref_peak = peak["matmul_bf16_gflops"] if bf16 else peak["matmul_fp32_gflops"]
     matmuls = matmul_seconds(trainer.model, shapes, preset.lora_r, packed=bf16 and packing_available(),
                              legacy=a.path == "legacy")
-    linear_flops = sum(step_flops(trainer.model.config, shapes["batch"], shapes["seq"] - shapes["completion"],
-                                  shapes["completion"], preset.lora_r, legacy=a.path == "legacy",
-                                  prefill_rows=shapes["prefill_rows"], prefill_tokens=shapes["prefill_tokens"],
-                                  attention=False).values()) - flops["optimizer"]
+    linear_flops = sum(step_flops(*step, attention=False).values()) - flops["optimizer"]
     if a.path == "legacy":  # its separate scoring pass is a policy forward without gradients
         matmuls["old_policy_fwd"] = matmuls["policy_fwd"]
     rows = ["| phase | GFLOP | seconds | GFLOP/s | % of fp32 peak | % of bf16 peak | its matmuls alone (s) |",

@@ -29,7 +29,10 @@ def chat_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
     return messages + [{"role": "user", "content": question}]
 
 
-def arithmetic_task(*, n_train: int = 2000, n_test: int = 50, max_operand: int = 9,
+N_TEST = 50  # held-out prompts: enough to tell 0.7 from 0.9 (a standard error of ~0.06)
+
+
+def arithmetic_task(*, n_train: int = 2000, n_test: int = N_TEST, max_operand: int = 9,
                     ops: Sequence[str] = ("+",), seed: int = 0, system_prompt: str | None = None,
                     template: str | None = None) -> DatasetDict:
     """Questions such as 'Add 3 and 4.' over operands 0..max_operand (ARITHMETIC_WORDING per

@@ -78,10 +78,11 @@ def log_task_reward_spread(trainer) -> None:
         rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
         if trainer.reward_clip_range:
             rewards = rewards.clamp(*trainer.reward_clip_range)
-        group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        training = trainer.model.training  # TRL's mode: "train" or "eval", each with its group size
+        group = trainer.num_generations if training else trainer.num_generations_eval
         std = nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
         zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()  # as TRL: a NaN spread is not zero
-        trainer._metrics["train" if trainer.model.training else "eval"][SPREAD_KEY].append(zero)
+        trainer._metrics["train" if training else "eval"][SPREAD_KEY].append(zero)
         return per_func
 
     trainer._calculate_rewards = calculate_rewards

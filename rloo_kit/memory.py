@@ -126,7 +126,8 @@ def estimate_memory(model: ModelShape | float | str, preset: TrainingShape, *, p
     shape = model_shape(model)
     device = device or ("cpu" if getattr(preset, "name", None) == "cpu" else "cuda")
     device = "cuda" if device == "cuda" else "cpu"  # mps trains as cpu
-    act_bytes = 4 if device == "cpu" and not (cpu_bf16 and not preset.load_in_4bit) else 2
+    bf16_cpu = device == "cpu" and cpu_bf16 and not preset.load_in_4bit
+    act_bytes = 4 if device == "cpu" and not bf16_cpu else 2
     embed = shape.vocab * shape.hidden
     if preset.load_in_4bit:
         weights = (shape.params - embed) * 0.5 * (1 + 1 / 16) + embed * 2

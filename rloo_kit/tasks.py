@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
-from .data import arithmetic_task, load_gsm8k, load_local
+from .data import N_TEST, arithmetic_task, load_gsm8k, load_local
 from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
 from .hardware import Hardware, detect_hardware
@@ -107,9 +107,6 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
         raise DataError(f"Unknown task '{name}'. Choose one of: {', '.join(TASKS)}.")
     n_test = default_n_test(len(data)) if n_test is None else n_test
     return Task(name, *_split(data, n_test, seed, path or name), (correct_answer,))
-
-
-N_TEST = 50  # held-out prompts: enough to tell 0.7 from 0.9 (a standard error of ~0.06)
 
 
 def default_n_test(rows: int) -> int:
