@@ -116,16 +116,17 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, legacy: bool 
         return {n: randn(rows, n) for n in {w.shape[1] for w in body} | {w.shape[0] for w in body}}
 
     def forward(rows, head_rows, adapters, sampler=False):
-        """PEFT's LoRA (two F.linear) or, for `sampler`, the kit's: packed base weights, x A^T, then one addmm_."""
+        """PEFT's LoRA (two F.linear) or, for `sampler`, the kit's: packed base weights, the adapter's two
+        products in fp32 added in place."""
         x, hx = inputs(rows), randn(head_rows, head_w.shape[1])
-        lean = [(a.t().contiguous(), b.t().contiguous()) for a, b in lora] if sampler else lora
+        lean = [(a.t().float().contiguous(), b.t().float().contiguous()) for a, b in lora] if sampler else lora
         base = linear if sampler and packed else F.linear
 
         def run():
             for w, (a, b) in zip(body, lean, strict=True):
                 out = base(x[w.shape[1]], w)
                 if sampler:
-                    out.addmm_(x[w.shape[1]] @ a, b)
+                    out.add_((x[w.shape[1]].float() @ a) @ b)
                 elif adapters:
                     F.linear(F.linear(x[w.shape[1]], a), b)
             base(hx, head_w)

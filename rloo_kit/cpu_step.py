@@ -4,13 +4,17 @@
   every adapted matrix casts its bf16 input to fp32 and its output back, in every forward and backward.
   Under bf16 autocast with PEFT's input casting off, the adapter's matmuls run in bf16 on bf16
   activations and the fp32 weights still receive the gradients, as in GPU mixed-precision training.
+  The adapter adds its rank-r product to the base output in one `addmm` (`lean_lora_training`), so that
+  backward scales the small product, not the layer's whole output.
 - Sampling, a token at a time for 16 rows, pays per call, not per FLOP:
   - packed base weights: oneDNN re-lays a bf16 weight out for its kernel on every call, a quarter of
     each decoding matmul and half of the 49k-wide LM head. The frozen base matrices are packed once (a
     second copy of them in memory) and used for small no-grad batches;
   - a lean LoRA forward: PEFT's runs four module calls and four more operations per layer and token,
-    which cost more than its two matmuls: 29% of sampling went to the adapters. Base output plus one
-    `addmm_`, with the adapter cast to bf16 once per generation;
+    which cost more than its two matmuls: 29% of sampling went to the adapters. Base output plus the
+    adapter's product added in place, with the adapter cast once per generation; a decoding token's
+    rank-16 products in fp32, where oneDNN's bf16 kernel costs more to set up than to run. Sampling runs
+    outside the step's autocast, which would turn those back into bf16;
   - each distinct prompt read once: RLOO samples several completions per prompt, and transformers
     repeats the prompt's pass for every one of them (`shared_prompts`);
   - inference mode (TRL hands the completions back as lists: nothing of it reaches autograd);
@@ -20,10 +24,13 @@
 
 Measured in one process, alternating variants per step, on SmolLM2-135M at the cpu preset: sampling
 -29%, the step -12% for the packed weights, lean LoRA, inference mode and the draw together; the shared
-prompts then -14% of sampling, -11% of the step (benchmarks/results/roofline.md has the phases).
+prompts then -14% of sampling, -11% of the step; fp32 decoding adapters outside autocast, the training
+step's `addmm` and the fused RMSNorm (`norms`) -7% of the step together (benchmarks/results/roofline.md
+has the phases).
 
-Tried and dropped: fp32 adapters while sampling (a decoding token's rank-16 matmuls are 3x faster in
-fp32, but the prompt's pass then adds bf16 to fp32 tensors, which is slow); merging LoRA into the bf16
+Tried and dropped: fp32 adapters for a prompt's many rows too (bf16 added to fp32 tensors is slow there);
+glibc's allocator thresholds (`GLIBC_TUNABLES` mmap/trim: page faults a step 100k -> 30k, the step no
+faster in four alternating pairs of processes); merging LoRA into the bf16
 weights for sampling: a young adapter's B A is mostly below half a bf16 step of the weight it is added
 to, so the merge rounds it away and the sampler lags the policy (93% of SmolLM2's merged delta entries
 were zero after one step, 27% after thirty); torch.compile of the decoder layers: 15 s to compile, then
@@ -71,14 +78,22 @@ def categorical_sampling() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _overriding(name: str, overrides: list[tuple[object, object]]) -> Iterator[None]:
-    """For the duration, each object's instance attribute `name` is its override; then the class's again."""
+    """For the duration, each object's instance attribute `name` is its override; then what it was before
+    (an outer override, or none: the class's again). Overrides nest."""
+    before = [vars(obj).get(name, _NONE) for obj, _ in overrides]
     for obj, value in overrides:
         setattr(obj, name, value)
     try:
         yield
     finally:
-        for obj, _ in overrides:
-            delattr(obj, name)
+        for (obj, _), value in zip(overrides, before, strict=True):
+            if value is _NONE:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+
+
+_NONE = object()
 
 
 def _packable(module: torch.nn.Module) -> bool:
@@ -128,21 +143,48 @@ def packed_weights(model: torch.nn.Module) -> Iterator[None]:
 
 
 def _lean_lora_forward(layer, adapter: str):
-    """A plain LoRA layer's forward for small no-grad batches: the base output plus `scaling * x A^T B^T` in
-    one `addmm_`, with A and B cast to bf16 once for the duration. PEFT's own forward runs four module
-    calls and four more operations per layer and token, which cost as much as the two matmuls."""
-    a = layer.lora_A[adapter].weight.detach().t().to(torch.bfloat16)
-    b = layer.lora_B[adapter].weight.detach().t().to(torch.bfloat16)
+    """A plain LoRA layer's forward for no-grad bf16 batches: the base output plus `scaling * x A^T B^T`, with
+    A and B cast once for the duration. PEFT's own forward runs four module calls and four more operations
+    per layer and token, which cost as much as the two matmuls. A decoding token's rank-16 products run in
+    fp32 (18 against 37 us a layer for 16 rows: bf16's kernel pays ~15 us a call to set up); a prompt's
+    many rows in bf16, as the training step computes them."""
+    a, b = layer.lora_A[adapter].weight.detach().t(), layer.lora_B[adapter].weight.detach().t()
     scaling, base, peft_forward = layer.scaling[adapter], layer.base_layer, type(layer).forward
+    a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    a32, b32 = a.float().contiguous(), (b.float() * scaling).contiguous()
 
     def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        if args or kwargs or torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.shape[:-1].numel() > PACKED_ROWS:
+        if args or kwargs or torch.is_grad_enabled() or x.dtype != torch.bfloat16:
             return peft_forward(layer, x, *args, **kwargs)
         out = base(x)
         if not out.is_contiguous():
             out = out.contiguous()
-        out.view(-1, out.shape[-1]).addmm_(x.reshape(-1, x.shape[-1]) @ a, b, alpha=scaling)
+        rows, flat = x.reshape(-1, x.shape[-1]), out.view(-1, out.shape[-1])
+        if len(rows) <= PACKED_ROWS:
+            flat.add_((rows.float() @ a32) @ b32)
+        else:
+            flat.addmm_(rows @ a16, b16, alpha=scaling)
         return out
+
+    return forward
+
+
+def _lean_lora_training_forward(layer, adapter: str):
+    """A plain LoRA layer's forward under CPU autocast, with gradients: `base(x) + scaling * (x A^T) B^T` as
+    one `addmm`, whose backward scales the rank-r product instead of the layer's whole output (PEFT multiplies
+    the (tokens x out) output by `scaling` and adds it, an operation each way more per layer). Anything else
+    (adapters off or switched, no autocast, extra arguments) goes to PEFT."""
+    lora_a, lora_b = layer.lora_A[adapter], layer.lora_B[adapter]
+    scaling, base, peft_forward = layer.scaling[adapter], layer.base_layer, type(layer).forward
+
+    def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if (args or kwargs or layer.disable_adapters or layer.merged or layer.active_adapters != [adapter]
+                or not torch.is_autocast_enabled("cpu")):
+            return peft_forward(layer, x, *args, **kwargs)
+        out = base(x)
+        xa = F.linear(x, lora_a.weight)
+        return torch.addmm(out.reshape(-1, out.shape[-1]), xa.reshape(-1, xa.shape[-1]), lora_b.weight.t(),
+                           alpha=scaling).view(out.shape)
 
     return forward
 
@@ -161,11 +203,38 @@ def _plain_lora(layer) -> str | None:
 
 @contextlib.contextmanager
 def lean_lora(model: torch.nn.Module) -> Iterator[None]:
-    """For the duration (sampling, where the adapters do not change), plain LoRA layers compute small
-    no-grad bf16 batches with `_lean_lora_forward`; any other call, and any other layer, goes to PEFT."""
+    """For the duration (sampling, where the adapters do not change), plain LoRA layers compute no-grad bf16
+    batches with `_lean_lora_forward`; any other call, and any other layer, goes to PEFT."""
     plain = [(m, _lean_lora_forward(m, name)) for m in model.modules() if (name := _plain_lora(m)) is not None]
     with _overriding("forward", plain):
         yield
+
+
+@contextlib.contextmanager
+def lean_lora_training(model: torch.nn.Module) -> Iterator[None]:
+    """For the duration (a training step under CPU autocast), plain LoRA layers run
+    `_lean_lora_training_forward`; any other layer goes to PEFT."""
+    plain = [(m, _lean_lora_training_forward(m, name)) for m in model.modules()
+             if (name := _plain_lora(m)) is not None]
+    with _overriding("forward", plain):
+        yield
+
+
+@contextlib.contextmanager
+def peft_input_casts(model: torch.nn.Module) -> Iterator[None]:
+    """PEFT's casts of a layer's input to its adapter's dtype back on for the duration (the training step
+    turns them off for autocast; sampling runs without autocast, so any call left to PEFT needs them)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    before = [getattr(m, "cast_input_dtype_enabled", True) for m in layers]
+    for m in layers:
+        m.cast_input_dtype_enabled = True
+    try:
+        yield
+    finally:
+        for m, value in zip(layers, before, strict=True):
+            m.cast_input_dtype_enabled = value
 
 
 def _shared_prompt_generate(model: torch.nn.Module, generate):
@@ -219,12 +288,14 @@ def speed_up_cpu_step(trainer) -> bool:
 
     def generate_single_turn(self, *args, **kwargs):
         # inference mode: TRL returns the completions as lists, so no tensor of it reaches autograd
-        with (torch.inference_mode(), categorical_sampling(), packed_weights(model), lean_lora(model),
-              shared_prompts(model)):
+        # and without the step's autocast: the sampler picks each product's dtype itself
+        with (torch.inference_mode(), torch.autocast("cpu", enabled=False), peft_input_casts(model),
+              categorical_sampling(), packed_weights(model), lean_lora(model), shared_prompts(model)):
             return generate(*args, **kwargs)
 
     def bf16_training_step(self, *args, **kwargs):
-        with torch.autocast("cpu", dtype=torch.bfloat16), disable_input_dtype_casting(self.model):
+        with (torch.autocast("cpu", dtype=torch.bfloat16), disable_input_dtype_casting(self.model),
+              lean_lora_training(model)):
             return training_step(*args, **kwargs)
 
     trainer._generate_single_turn = types.MethodType(generate_single_turn, trainer)

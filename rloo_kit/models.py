@@ -15,6 +15,7 @@ from .compat import contiguous_lm_head_input
 from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
+from .norms import use_fused_rms_norm
 from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
 from .sources import ALIASES, DEFAULT_MODEL, resolve_source
 
@@ -69,10 +70,11 @@ def apply_speed_fixes(model, device: str | None = None) -> None:
     """What every model gets, loaded by the kit or handed to `build_trainer` (idempotent): a contiguous input
     for the LM head (`compat.contiguous_lm_head_input`) and, when it runs on a CPU (`device`, by default where
     it is) in bf16, `attention.grouped_attention` in place of PyTorch's SDPA, slow there at RLOO's short
-    sequences."""
+    sequences, and one fused kernel for each RMSNorm (`norms`)."""
     contiguous_lm_head_input(model)
     if (device or model.device.type) == "cpu" and model.dtype == torch.bfloat16:
         use_cpu_attention(model)
+        use_fused_rms_norm(model)
 
 
 def _load_transformers(source: str, load_in_4bit: bool, hw: Hardware, trust_remote_code: bool):

@@ -203,10 +203,12 @@ def _lora(tiny_model_dir, **config):
     return model, tok
 
 
-def test_lean_lora_computes_what_peft_does(tiny_model_dir):
+@pytest.mark.parametrize("repeat", [1, 8], ids=["decoding rows (fp32 products)", "a prompt's rows (bf16)"])
+def test_lean_lora_computes_what_peft_does(tiny_model_dir, repeat):
     model, tok = _lora(tiny_model_dir)
     adapted = [m for m in model.modules() if hasattr(m, "lora_A") and "lora_A" in vars(m)["_modules"]]
-    batch = _batch(tok)
+    batch = _batch(tok, ("Add 3 and 4, then say the sum.", "Hi") * repeat)
+    assert (batch["input_ids"].numel() <= cpu_step.PACKED_ROWS) == (repeat == 1)
     mask = batch["attention_mask"].bool()
     with torch.no_grad():
         peft = model(**batch).logits
@@ -218,6 +220,75 @@ def test_lean_lora_computes_what_peft_does(tiny_model_dir):
         assert not any("forward" in vars(m) for m in adapted)  # put back
     torch.testing.assert_close(lean[mask].float(), peft[mask].float(), rtol=0, atol=0.05)
     assert all(m.lora_A["default"].weight.grad is not None for m in adapted)
+
+
+def _autocast_pass(model, batch, lean: bool):
+    """Logits and adapter gradients of one bf16 autocast pass, as the CPU step runs it (PEFT's casts off)."""
+    from peft.helpers import disable_input_dtype_casting
+
+    model.zero_grad()
+    mask = batch["attention_mask"].bool()
+    with (torch.autocast("cpu", dtype=torch.bfloat16), disable_input_dtype_casting(model),
+          cpu_step.lean_lora_training(model) if lean else contextlib.nullcontext()):
+        logits = model(**batch).logits.float()[mask]
+        logits.logsumexp(-1).mean().backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_lean_lora_training_computes_and_trains_what_peft_does(tiny_model_dir):
+    model, tok = _lora(tiny_model_dir)
+    batch = _batch(tok)
+    peft_logits, peft_grads = _autocast_pass(model, batch, lean=False)
+    lean_logits, lean_grads = _autocast_pass(model, batch, lean=True)
+    assert not any("forward" in vars(m) for m in model.modules())  # put back
+    torch.testing.assert_close(lean_logits, peft_logits, rtol=0, atol=0.05)
+    assert set(lean_grads) == set(peft_grads) and len(peft_grads) == 8  # A and B of 4 adapters, nothing else
+    for name, grad in peft_grads.items():
+        assert lean_grads[name].dtype == torch.float32
+        cosine = torch.nn.functional.cosine_similarity(lean_grads[name].flatten(), grad.flatten(), dim=0)
+        assert cosine > 0.99, name
+
+
+def test_lean_lora_training_leaves_disabled_adapters_to_peft(tiny_model_dir):
+    from peft.helpers import disable_input_dtype_casting
+
+    model, tok = _lora(tiny_model_dir)
+    batch = _batch(tok)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), disable_input_dtype_casting(model):
+        with model.disable_adapter():
+            base = model(**batch).logits
+            with cpu_step.lean_lora_training(model):
+                off = model(**batch).logits  # the reference pass: the base model alone
+        with cpu_step.lean_lora_training(model):
+            on = model(**batch).logits
+    torch.testing.assert_close(off, base, rtol=0, atol=0)
+    assert not torch.allclose(on, base)
+
+
+def test_sampling_inside_the_training_step_keeps_both_forwards(tiny_model_dir):
+    model, _ = _lora(tiny_model_dir)
+    q = model.base_model.model.model.layers[0].self_attn.q_proj
+    with cpu_step.lean_lora_training(model):
+        training = vars(q)["forward"]
+        with cpu_step.lean_lora(model):
+            assert vars(q)["forward"] is not training
+        assert vars(q)["forward"] is training  # the sampler's exit restores the step's forward
+    assert "forward" not in vars(q)
+
+
+def test_sampling_without_autocast_casts_inputs_for_peft(tiny_model_dir):
+    from peft.helpers import disable_input_dtype_casting
+
+    model, tok = _lora(tiny_model_dir, lora_dropout=0.1)  # not a plain adapter: PEFT runs it
+    model.eval()
+    batch = _batch(tok)
+    with torch.no_grad(), disable_input_dtype_casting(model):
+        with pytest.raises(RuntimeError):  # bf16 inputs against fp32 adapters, neither cast nor autocast
+            model(**batch)
+        with cpu_step.peft_input_casts(model):
+            assert torch.isfinite(model(**batch).logits).all()
+        q = model.base_model.model.model.layers[0].self_attn.q_proj
+        assert q.cast_input_dtype_enabled is False  # the step's setting is back
 
 
 def test_lean_lora_leaves_dropout_and_disabled_adapters_to_peft(tiny_model_dir):
@@ -286,11 +357,12 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     draws, autocast = [], []
     real = cpu_step._categorical
     monkeypatch.setattr(cpu_step, "_categorical", lambda *a, **k: draws.append(1) or real(*a, **k))
-    lora_a = trainer.model.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"]
-    lora_a.register_forward_hook(lambda m, i, o: autocast.append((torch.is_autocast_enabled("cpu"), o.dtype)))
+    q_proj = trainer.model.base_model.model.model.layers[0].self_attn.q_proj
+    q_proj.register_forward_hook(lambda m, i, o: autocast.append((torch.is_autocast_enabled("cpu"), o.dtype)))
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
     trainer.train()
-    assert set(autocast) == {(True, torch.bfloat16)}  # the adapter ran in bf16, sampling and scoring alike
+    # bf16 out of the adapted layer: sampling without autocast (the sampler picks dtypes), scoring under it
+    assert set(autocast) == {(False, torch.bfloat16), (True, torch.bfloat16)}
     lora = {n: p for n, p in trainer.model.named_parameters() if "lora_" in n}
     assert {p.dtype for p in lora.values()} == {torch.float32}
     assert any(p.abs().sum() > 0 for n, p in lora.items() if "lora_B" in n)  # zero at the start: it learned
