@@ -9,7 +9,8 @@
 - Sampling, a token at a time for 16 rows, pays per call, not per FLOP:
   - packed base weights: oneDNN re-lays a bf16 weight out for its kernel on every call, a quarter of
     each decoding matmul and half of the 49k-wide LM head. The frozen base matrices are packed once (a
-    second copy of them in memory) and used for small no-grad batches;
+    second copy of them in memory) and used for every no-grad batch: sampling, and the step's reference
+    pass (-3% there);
   - a lean LoRA forward: PEFT's runs four module calls and four more operations per layer and token,
     which cost more than its two matmuls: 29% of sampling went to the adapters. Base output plus the
     adapter's product added in place, with the adapter cast once per generation; a decoding token's
@@ -48,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 _multinomial = torch.multinomial
-PACKED_ROWS = 64  # up to this many rows a call (decoding), the packed weights; above it oneDNN's own layout pays
+PACKED_ROWS = 64  # the batch oneDNN packs a weight for (it serves any batch); up to it, a decoding token's rows
 
 
 def _categorical(probs, num_samples, replacement=False, *, generator=None, out=None):
@@ -102,14 +103,14 @@ def _packable(module: torch.nn.Module) -> bool:
 
 
 def _packed_forward(module: torch.nn.Linear):
-    """`module.forward` with its weight packed for oneDNN once, for small no-grad bf16 batches."""
+    """`module.forward` with its weight packed for oneDNN once, for no-grad bf16 batches: 8-12% off a
+    decoding token's products, 3-9% off a prompt's or the reference pass's (848 rows)."""
     weight = module.weight
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_ROWS)
     version = weight._version
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if (torch.is_grad_enabled() or x.dtype != torch.bfloat16 or x.shape[:-1].numel() > PACKED_ROWS
-                or weight._version != version):
+        if torch.is_grad_enabled() or x.dtype != torch.bfloat16 or weight._version != version:
             return F.linear(x, weight, module.bias)
         return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")
 
@@ -134,24 +135,30 @@ def pack_frozen_weights(model: torch.nn.Module) -> int:
     return n
 
 
+def packed_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules of `model` that `pack_frozen_weights` packed."""
+    return [m for m in model.modules() if "_rloo_kit_packed" in vars(m)]
+
+
 @contextlib.contextmanager
-def packed_weights(model: torch.nn.Module) -> Iterator[None]:
-    """For the duration, linear layers packed by `pack_frozen_weights` compute small no-grad batches
-    with their packed weight; everything else runs as before."""
-    with _overriding("forward", [(m, m._rloo_kit_packed) for m in model.modules() if "_rloo_kit_packed" in vars(m)]):
+def packed_weights(model: torch.nn.Module, modules: list[torch.nn.Module] | None = None) -> Iterator[None]:
+    """For the duration, linear layers packed by `pack_frozen_weights` (`modules`, found in `model` when
+    None) compute no-grad bf16 batches with their packed weight; everything else runs as before."""
+    modules = packed_modules(model) if modules is None else modules
+    with _overriding("forward", [(m, m._rloo_kit_packed) for m in modules]):
         yield
 
 
 def _lean_lora_forward(layer, adapter: str):
-    """A plain LoRA layer's forward for no-grad bf16 batches: the base output plus `scaling * x A^T B^T`, with
-    A and B cast once for the duration. PEFT's own forward runs four module calls and four more operations
-    per layer and token, which cost as much as the two matmuls. A decoding token's rank-16 products run in
-    fp32 (18 against 37 us a layer for 16 rows: bf16's kernel pays ~15 us a call to set up); a prompt's
-    many rows in bf16, as the training step computes them."""
-    a, b = layer.lora_A[adapter].weight.detach().t(), layer.lora_B[adapter].weight.detach().t()
+    """A plain LoRA layer's forward for no-grad bf16 batches: the base output plus `scaling * x A^T B^T`
+    added in place. PEFT's own forward runs four module calls and four more operations per layer and token,
+    which cost as much as the two matmuls. A decoding token's rank-16 products run in fp32 on the adapter's
+    own weights (18 against 37 us a layer for 16 rows: bf16's kernel pays ~15 us a call to set up); a
+    prompt's many rows in bf16, as the training step computes them, the adapter cast once it is needed."""
+    a = layer.lora_A[adapter].weight.detach().t().float()  # views of fp32 adapters: nothing copied
+    b = layer.lora_B[adapter].weight.detach().t().float()
     scaling, base, peft_forward = layer.scaling[adapter], layer.base_layer, type(layer).forward
-    a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
-    a32, b32 = a.float().contiguous(), (b.float() * scaling).contiguous()
+    bf16: list[torch.Tensor] = []
 
     def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if args or kwargs or torch.is_grad_enabled() or x.dtype != torch.bfloat16:
@@ -161,9 +168,11 @@ def _lean_lora_forward(layer, adapter: str):
             out = out.contiguous()
         rows, flat = x.reshape(-1, x.shape[-1]), out.view(-1, out.shape[-1])
         if len(rows) <= PACKED_ROWS:
-            flat.add_((rows.float() @ a32) @ b32)
+            flat.add_((rows.float() @ a) @ b, alpha=scaling)
         else:
-            flat.addmm_(rows @ a16, b16, alpha=scaling)
+            if not bf16:
+                bf16.extend((a.to(torch.bfloat16), b.to(torch.bfloat16)))
+            flat.addmm_(rows @ bf16[0], bf16[1], alpha=scaling)
         return out
 
     return forward
@@ -201,40 +210,81 @@ def _plain_lora(layer) -> str | None:
     return name if plain else None
 
 
-@contextlib.contextmanager
-def lean_lora(model: torch.nn.Module) -> Iterator[None]:
-    """For the duration (sampling, where the adapters do not change), plain LoRA layers compute no-grad bf16
-    batches with `_lean_lora_forward`; any other call, and any other layer, goes to PEFT."""
-    plain = [(m, _lean_lora_forward(m, name)) for m in model.modules() if (name := _plain_lora(m)) is not None]
-    with _overriding("forward", plain):
-        yield
-
-
-@contextlib.contextmanager
-def lean_lora_training(model: torch.nn.Module) -> Iterator[None]:
-    """For the duration (a training step under CPU autocast), plain LoRA layers run
-    `_lean_lora_training_forward`; any other layer goes to PEFT."""
-    plain = [(m, _lean_lora_training_forward(m, name)) for m in model.modules()
-             if (name := _plain_lora(m)) is not None]
-    with _overriding("forward", plain):
-        yield
-
-
-@contextlib.contextmanager
-def peft_input_casts(model: torch.nn.Module) -> Iterator[None]:
-    """PEFT's casts of a layer's input to its adapter's dtype back on for the duration (the training step
-    turns them off for autocast; sampling runs without autocast, so any call left to PEFT needs them)."""
+def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """PEFT's tuner layers in `model`, found once: a walk over a 135M model's 2,500 modules takes ~4 ms, and
+    the step enters several of the contexts below."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+
+
+@contextlib.contextmanager
+def lean_lora(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> Iterator[None]:
+    """For the duration (sampling, where the adapters do not change), plain LoRA layers (of `layers`, found
+    in `model` when None) compute no-grad bf16 batches with `_lean_lora_forward`; anything else goes to PEFT."""
+    layers = lora_layers(model) if layers is None else layers
+    plain = [(m, _lean_lora_forward(m, name)) for m in layers if (name := _plain_lora(m)) is not None]
+    with _overriding("forward", plain):
+        yield
+
+
+@contextlib.contextmanager
+def lean_lora_training(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> Iterator[None]:
+    """For the duration (a training step under CPU autocast), plain LoRA layers run
+    `_lean_lora_training_forward`; any other layer goes to PEFT."""
+    layers = lora_layers(model) if layers is None else layers
+    plain = [(m, _lean_lora_training_forward(m, name)) for m in layers if (name := _plain_lora(m)) is not None]
+    with _overriding("forward", plain):
+        yield
+
+
+@contextlib.contextmanager
+def input_casts(model: torch.nn.Module, enabled: bool, layers: list[torch.nn.Module] | None = None) -> Iterator[None]:
+    """PEFT's casts of a layer's input to its adapter's dtype on or off for the duration: off for the training
+    step, where autocast picks the dtypes (what `peft.helpers.disable_input_dtype_casting` does, without its
+    two walks over the model); on again while sampling, which runs without autocast."""
+    layers = lora_layers(model) if layers is None else layers
     before = [getattr(m, "cast_input_dtype_enabled", True) for m in layers]
     for m in layers:
-        m.cast_input_dtype_enabled = True
+        m.cast_input_dtype_enabled = enabled
     try:
         yield
     finally:
         for m, value in zip(layers, before, strict=True):
             m.cast_input_dtype_enabled = value
+
+
+def _no_grad_disable_adapter(model, layers: list[torch.nn.Module]):
+    """`model.disable_adapter` that, for a no-grad pass (TRL's reference log-probabilities), only flips the
+    LoRA layers' switch. PEFT's also scans the whole model's adapter status (~25 ms for SmolLM2) and turns
+    every adapter's requires_grad off and back on (~10 ms), once per step; neither matters without gradients.
+    Anything else (gradients on, adapters already off, other tuners, biases, modules to save) gets PEFT's."""
+    from peft.tuners.lora import LoraLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    peft_disable = type(model).disable_adapter
+    simple = (all(isinstance(m, LoraLayer) and hasattr(m, "_disable_adapters") for m in layers)
+              and not any(isinstance(m, AuxiliaryTrainingWrapper) for m in model.modules())
+              and all(getattr(c, "bias", "none") == "none" for c in model.peft_config.values()))
+
+    @contextlib.contextmanager
+    def disable_adapter() -> Iterator[None]:
+        if (not simple or torch.is_grad_enabled() or model._adapters_disabled
+                or any(m.disable_adapters for m in layers)):
+            with peft_disable(model):
+                yield
+            return
+        model._adapters_disabled = True
+        for m in layers:
+            m._disable_adapters = True
+        try:
+            yield
+        finally:
+            for m in layers:
+                m._disable_adapters = False
+            model._adapters_disabled = False
+
+    return disable_adapter
 
 
 def _shared_prompt_generate(model: torch.nn.Module, generate):
@@ -274,8 +324,6 @@ def speed_up_cpu_step(trainer) -> bool:
     """On a CPU, with a bf16 base model under LoRA and plain transformers generation: run the step under
     bf16 autocast without PEFT's input casts, and sample with packed base weights, the lean LoRA forward,
     each distinct prompt read once and the cheaper draw. Returns whether it was installed (once per trainer)."""
-    from peft.helpers import disable_input_dtype_casting
-
     from . import compat
 
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -284,18 +332,20 @@ def speed_up_cpu_step(trainer) -> bool:
             or model.get_base_model().dtype != torch.bfloat16 or getattr(trainer, "_rloo_kit_cpu_step", False)):
         return False
     pack_frozen_weights(model)
+    packed, layers = packed_modules(model), lora_layers(model)  # found once: the step enters these every time
+    reference_switch = [(model, _no_grad_disable_adapter(model, layers))]
     generate, training_step = trainer._generate_single_turn, trainer.training_step
 
     def generate_single_turn(self, *args, **kwargs):
         # inference mode: TRL returns the completions as lists, so no tensor of it reaches autograd
         # and without the step's autocast: the sampler picks each product's dtype itself
-        with (torch.inference_mode(), torch.autocast("cpu", enabled=False), peft_input_casts(model),
-              categorical_sampling(), packed_weights(model), lean_lora(model), shared_prompts(model)):
+        with (torch.inference_mode(), torch.autocast("cpu", enabled=False), input_casts(model, True, layers),
+              categorical_sampling(), packed_weights(model, packed), lean_lora(model, layers), shared_prompts(model)):
             return generate(*args, **kwargs)
 
     def bf16_training_step(self, *args, **kwargs):
-        with (torch.autocast("cpu", dtype=torch.bfloat16), disable_input_dtype_casting(self.model),
-              lean_lora_training(model)):
+        with (torch.autocast("cpu", dtype=torch.bfloat16), input_casts(model, False, layers), packed_weights(model, packed),
+              lean_lora_training(model, layers), _overriding("disable_adapter", reference_switch)):
             return training_step(*args, **kwargs)
 
     trainer._generate_single_turn = types.MethodType(generate_single_turn, trainer)

@@ -277,15 +277,13 @@ def test_sampling_inside_the_training_step_keeps_both_forwards(tiny_model_dir):
 
 
 def test_sampling_without_autocast_casts_inputs_for_peft(tiny_model_dir):
-    from peft.helpers import disable_input_dtype_casting
-
     model, tok = _lora(tiny_model_dir, lora_dropout=0.1)  # not a plain adapter: PEFT runs it
     model.eval()
     batch = _batch(tok)
-    with torch.no_grad(), disable_input_dtype_casting(model):
+    with torch.no_grad(), cpu_step.input_casts(model, False):
         with pytest.raises(RuntimeError):  # bf16 inputs against fp32 adapters, neither cast nor autocast
             model(**batch)
-        with cpu_step.peft_input_casts(model):
+        with cpu_step.input_casts(model, True):
             assert torch.isfinite(model(**batch).logits).all()
         q = model.base_model.model.model.layers[0].self_attn.q_proj
         assert q.cast_input_dtype_enabled is False  # the step's setting is back
@@ -298,6 +296,33 @@ def test_lean_lora_leaves_dropout_and_disabled_adapters_to_peft(tiny_model_dir):
     model, tok = _lora(tiny_model_dir)
     with model.disable_adapter(), cpu_step.lean_lora(model):
         assert not any("forward" in vars(m) for m in model.modules())
+
+
+def test_reference_switch_computes_the_base_model_and_restores_the_adapters(tiny_model_dir, monkeypatch):
+    from peft import PeftModel
+
+    model, tok = _lora(tiny_model_dir)
+    batch = _batch(tok)
+    scans = []
+    real_status = PeftModel.get_model_status
+    monkeypatch.setattr(PeftModel, "get_model_status", lambda self: scans.append(1) or real_status(self))
+    switch = cpu_step._no_grad_disable_adapter(model, cpu_step.lora_layers(model))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    with torch.no_grad():
+        with model.disable_adapter():
+            base = model(**batch).logits
+        assert len(scans) == 1
+        with switch():
+            assert model._adapters_disabled and all(m.disable_adapters for m in cpu_step.lora_layers(model))
+            off = model(**batch).logits
+        on = model(**batch).logits
+    assert len(scans) == 1  # no status scan for the no-grad pass
+    torch.testing.assert_close(off, base, rtol=0, atol=0)
+    assert not torch.allclose(on, base) and not model._adapters_disabled
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable
+    with switch():  # gradients on: PEFT's own switch, status scan and all
+        pass
+    assert len(scans) == 2
 
 
 # ------------------------------------------------------------------------ prompts read once
@@ -359,6 +384,11 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     monkeypatch.setattr(cpu_step, "_categorical", lambda *a, **k: draws.append(1) or real(*a, **k))
     q_proj = trainer.model.base_model.model.model.layers[0].self_attn.q_proj
     q_proj.register_forward_hook(lambda m, i, o: autocast.append((torch.is_autocast_enabled("cpu"), o.dtype)))
+    switched = []  # the reference pass's adapter switch, PEFT's or the kit's
+    q_proj.register_forward_hook(lambda m, i, o: switched.append(m.disable_adapters) if not torch.is_grad_enabled() else None)
+    scans = []
+    real_status = type(trainer.model).get_model_status
+    monkeypatch.setattr(type(trainer.model), "get_model_status", lambda self: scans.append(1) or real_status(self))
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
     trainer.train()
     # bf16 out of the adapted layer: sampling without autocast (the sampler picks dtypes), scoring under it
@@ -369,6 +399,7 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     assert all(torch.equal(p, base[n]) for n, p in trainer.model.named_parameters() if "lora_" not in n)
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 2 and all(h["completions/mean_length"] > 0 for h in logs)
+    assert trainer.args.beta > 0 and switched.count(True) == 2 and not scans  # one reference pass a step, no scan
     assert len(draws) == sum(h["completions/max_length"] for h in logs)  # one draw per token of the longest
     packed = hasattr(trainer.model.get_base_model().lm_head, "_rloo_kit_packed")
     assert packed == cpu_step.packing_available()  # sampled with packed weights where oneDNN can
