@@ -31,12 +31,15 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     group = heads // kv_heads
     scaling = d ** -0.5 if scaling is None else scaling
     with torch.autocast("cpu", enabled=False):  # fp32 scores and weights, as SDPA accumulates them
-        scores = query.float().reshape(b, kv_heads, group * q, d) @ key.float().transpose(2, 3)
+        # 3-d bmm: matmul's 4-d broadcasting path took 26 against 17 us a product for a decoding token
+        scores = torch.bmm(query.float().reshape(b * kv_heads, group * q, d),
+                           key.float().reshape(b * kv_heads, k, d).transpose(1, 2))
         scores = scores.view(b, kv_heads, group, q, k) * scaling
         if attention_mask is not None:
             scores = scores + attention_mask[:, :, None, :, :k]
         probs = torch.softmax(scores, dim=-1)
-        out = (probs.view(b, kv_heads, group * q, k) @ value.float()).view(b, heads, q, d)
+        out = torch.bmm(probs.view(b * kv_heads, group * q, k), value.float().reshape(b * kv_heads, k, d))
+        out = out.view(b, heads, q, d)
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
