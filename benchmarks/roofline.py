@@ -115,12 +115,14 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, legacy: bool 
     def inputs(rows):  # one input per width; every product reads the one of its width
         return {n: randn(rows, n) for n in {w.shape[1] for w in body} | {w.shape[0] for w in body}}
 
-    def forward(rows, head_rows, adapters, sampler=False):
-        """PEFT's LoRA (two F.linear) or, for `sampler`, the kit's: packed base weights, the adapter's two
-        products in fp32 added in place."""
+    def forward(rows, head_rows, adapters, sampler=False, generating=False, no_grad=False):
+        """PEFT's LoRA (two F.linear) or, for `sampler`, the kit's: the adapter's two products in fp32 added in
+        place. Packed base weights where the step packs them: every no-grad pass through the layers, and the
+        LM head while generating (the log-prob head reads the weight itself)."""
         x, hx = inputs(rows), randn(head_rows, head_w.shape[1])
         lean = [(a.t().float().contiguous(), b.t().float().contiguous()) for a, b in lora] if sampler else lora
-        base = linear if sampler and packed else F.linear
+        base = linear if (sampler or generating or no_grad) and packed else F.linear
+        head = linear if (sampler or generating) and packed else F.linear
 
         def run():
             for w, (a, b) in zip(body, lean, strict=True):
@@ -129,7 +131,7 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, legacy: bool 
                     out.add_((x[w.shape[1]].float() @ a) @ b)
                 elif adapters:
                     F.linear(F.linear(x[w.shape[1]], a), b)
-            base(hx, head_w)
+            head(hx, head_w)
         return run
 
     def backward(rows, head_rows):
@@ -156,10 +158,10 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, legacy: bool 
     full, scored = shapes["batch"] * shapes["seq"], shapes["batch"] * shapes["completion"]
     decode_steps = shapes["seq"] - shapes["prefill_tokens"] - 1
     return {"generate_prefill": best(forward(shapes["prefill_rows"] * shapes["prefill_tokens"],
-                                             shapes["prefill_rows"], True)),
+                                             shapes["prefill_rows"], True, generating=True)),
             "generate_decode": best(forward(shapes["batch"], shapes["batch"], True, sampler=not legacy),
                                     decode_steps),
-            "reference_fwd": best(forward(full, scored, False)),
+            "reference_fwd": best(forward(full, scored, False, no_grad=not legacy)),
             "policy_fwd": best(forward(full, scored, True)),
             "backward": best(backward(full, scored))}
 

@@ -157,7 +157,7 @@ def _lean_lora_forward(layer, adapter: str):
     prompt's many rows in bf16, as the training step computes them, the adapter cast once it is needed."""
     a = layer.lora_A[adapter].weight.detach().t().float()  # views of fp32 adapters: nothing copied
     b = layer.lora_B[adapter].weight.detach().t().float()
-    scaling, base, peft_forward = layer.scaling[adapter], layer.base_layer, type(layer).forward
+    scalings, base, peft_forward = layer.scaling, layer.base_layer, type(layer).forward  # scaling read per call
     bf16: list[torch.Tensor] = []
 
     def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -168,11 +168,11 @@ def _lean_lora_forward(layer, adapter: str):
             out = out.contiguous()
         rows, flat = x.reshape(-1, x.shape[-1]), out.view(-1, out.shape[-1])
         if len(rows) <= PACKED_ROWS:
-            flat.add_((rows.float() @ a) @ b, alpha=scaling)
+            flat.add_((rows.float() @ a) @ b, alpha=scalings[adapter])
         else:
             if not bf16:
                 bf16.extend((a.to(torch.bfloat16), b.to(torch.bfloat16)))
-            flat.addmm_(rows @ bf16[0], bf16[1], alpha=scaling)
+            flat.addmm_(rows @ bf16[0], bf16[1], alpha=scalings[adapter])
         return out
 
     return forward
@@ -184,7 +184,7 @@ def _lean_lora_training_forward(layer, adapter: str):
     the (tokens x out) output by `scaling` and adds it, an operation each way more per layer). Anything else
     (adapters off or switched, no autocast, extra arguments) goes to PEFT."""
     lora_a, lora_b = layer.lora_A[adapter], layer.lora_B[adapter]
-    scaling, base, peft_forward = layer.scaling[adapter], layer.base_layer, type(layer).forward
+    scalings, base, peft_forward = layer.scaling, layer.base_layer, type(layer).forward
 
     def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if (args or kwargs or layer.disable_adapters or layer.merged or layer.active_adapters != [adapter]
@@ -193,7 +193,7 @@ def _lean_lora_training_forward(layer, adapter: str):
         out = base(x)
         xa = F.linear(x, lora_a.weight)
         return torch.addmm(out.reshape(-1, out.shape[-1]), xa.reshape(-1, xa.shape[-1]), lora_b.weight.t(),
-                           alpha=scaling).view(out.shape)
+                           alpha=scalings[adapter]).view(out.shape)
 
     return forward
 
@@ -259,11 +259,13 @@ def _no_grad_disable_adapter(model, layers: list[torch.nn.Module]):
     LoRA layers' switch. PEFT's also scans the whole model's adapter status (~25 ms for SmolLM2) and turns
     every adapter's requires_grad off and back on (~10 ms), once per step; neither matters without gradients.
     Anything else (gradients on, adapters already off, other tuners, biases, modules to save) gets PEFT's."""
+    from peft import LoraConfig
     from peft.tuners.lora import LoraLayer
     from peft.utils.other import AuxiliaryTrainingWrapper
 
     peft_disable = type(model).disable_adapter
-    simple = (all(isinstance(m, LoraLayer) and hasattr(m, "_disable_adapters") for m in layers)
+    simple = (bool(layers) and all(isinstance(c, LoraConfig) for c in model.peft_config.values())
+              and all(isinstance(m, LoraLayer) and hasattr(m, "_disable_adapters") for m in layers)
               and not any(isinstance(m, AuxiliaryTrainingWrapper) for m in model.modules())
               and all(getattr(c, "bias", "none") == "none" for c in model.peft_config.values()))
 

@@ -11,7 +11,7 @@ for a training pass's 848 (allocation page faults, which can swamp both, left ou
 
 from __future__ import annotations
 
-import types
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +22,8 @@ LLAMA_RMS_NORMS = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "
 
 
 def _fused_forward(self: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """Bound to each norm as its `forward` (a method, so that a deep copy of the model binds its own norm)."""
+    """Each norm's `forward`, bound by `functools.partial`: a deep copy binds its own norm, and a pickled model
+    (`torch.save(model)`) loads again."""
     weight = self.weight
     if hidden_states.device.type != "cpu" or hidden_states.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
         return type(self).forward(self, hidden_states)
@@ -35,6 +36,6 @@ def use_fused_rms_norm(model: torch.nn.Module) -> int:
     n = 0
     for module in model.modules():
         if type(module).__name__ in LLAMA_RMS_NORMS and "forward" not in vars(module):
-            module.forward = types.MethodType(_fused_forward, module)
+            module.forward = functools.partial(_fused_forward, module)
             n += 1
     return n

@@ -239,7 +239,11 @@ def test_lean_lora_training_computes_and_trains_what_peft_does(tiny_model_dir):
     model, tok = _lora(tiny_model_dir)
     batch = _batch(tok)
     peft_logits, peft_grads = _autocast_pass(model, batch, lean=False)
+    q_proj = model.base_model.model.model.layers[0].self_attn.q_proj
+    lean_calls = []
+    q_proj.register_forward_hook(lambda m, i, o: lean_calls.append("forward" in vars(m)))
     lean_logits, lean_grads = _autocast_pass(model, batch, lean=True)
+    assert lean_calls == [True]  # the kit's forward ran, not PEFT's
     assert not any("forward" in vars(m) for m in model.modules())  # put back
     torch.testing.assert_close(lean_logits, peft_logits, rtol=0, atol=0.05)
     assert set(lean_grads) == set(peft_grads) and len(peft_grads) == 8  # A and B of 4 adapters, nothing else
@@ -254,12 +258,14 @@ def test_lean_lora_training_leaves_disabled_adapters_to_peft(tiny_model_dir):
 
     model, tok = _lora(tiny_model_dir)
     batch = _batch(tok)
+    q_proj = model.base_model.model.model.layers[0].self_attn.q_proj
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), disable_input_dtype_casting(model):
         with model.disable_adapter():
             base = model(**batch).logits
-            with cpu_step.lean_lora_training(model):
-                off = model(**batch).logits  # the reference pass: the base model alone
-        with cpu_step.lean_lora_training(model):
+        with cpu_step.lean_lora_training(model):  # as in the step: the reference pass switches adapters off inside
+            assert "forward" in vars(q_proj)
+            with model.disable_adapter():
+                off = model(**batch).logits  # the base model alone
             on = model(**batch).logits
     torch.testing.assert_close(off, base, rtol=0, atol=0)
     assert not torch.allclose(on, base)
@@ -323,6 +329,21 @@ def test_reference_switch_computes_the_base_model_and_restores_the_adapters(tiny
     with switch():  # gradients on: PEFT's own switch, status scan and all
         pass
     assert len(scans) == 2
+
+
+def test_reference_switch_leaves_prompt_learning_to_peft(tiny_model_dir):
+    from peft import PromptTuningConfig, get_peft_model
+
+    model, tok = _tiny(tiny_model_dir)
+    model = get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
+    batch = _batch(tok)
+    switch = cpu_step._no_grad_disable_adapter(model, cpu_step.lora_layers(model))
+    with torch.no_grad():
+        with model.disable_adapter():
+            base = model(**batch).logits
+        with switch():
+            off = model(**batch).logits
+    torch.testing.assert_close(off, base, rtol=0, atol=0)  # no LoRA layers to flip: PEFT's own switch
 
 
 # ------------------------------------------------------------------------ prompts read once
