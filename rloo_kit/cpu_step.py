@@ -210,7 +210,7 @@ def _plain_lora(layer) -> str | None:
     return name if plain else None
 
 
-def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+def tuner_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """PEFT's tuner layers in `model`, found once: a walk over a 135M model's 2,500 modules takes ~4 ms, and
     the step enters several of the contexts below."""
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -218,13 +218,17 @@ def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
 
 
+def _plain_lora_overrides(layers: list[torch.nn.Module], make_forward) -> list[tuple[torch.nn.Module, object]]:
+    """(layer, forward) for each plain LoRA layer of `layers`, its forward made by `make_forward(layer, adapter)`."""
+    return [(m, make_forward(m, name)) for m in layers if (name := _plain_lora(m)) is not None]
+
+
 @contextlib.contextmanager
 def lean_lora(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> Iterator[None]:
     """For the duration (sampling, where the adapters do not change), plain LoRA layers (of `layers`, found
     in `model` when None) compute no-grad bf16 batches with `_lean_lora_forward`; anything else goes to PEFT."""
-    layers = lora_layers(model) if layers is None else layers
-    plain = [(m, _lean_lora_forward(m, name)) for m in layers if (name := _plain_lora(m)) is not None]
-    with _overriding("forward", plain):
+    layers = tuner_layers(model) if layers is None else layers
+    with _overriding("forward", _plain_lora_overrides(layers, _lean_lora_forward)):
         yield
 
 
@@ -232,9 +236,8 @@ def lean_lora(model: torch.nn.Module, layers: list[torch.nn.Module] | None = Non
 def lean_lora_training(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> Iterator[None]:
     """For the duration (a training step under CPU autocast), plain LoRA layers run
     `_lean_lora_training_forward`; any other layer goes to PEFT."""
-    layers = lora_layers(model) if layers is None else layers
-    plain = [(m, _lean_lora_training_forward(m, name)) for m in layers if (name := _plain_lora(m)) is not None]
-    with _overriding("forward", plain):
+    layers = tuner_layers(model) if layers is None else layers
+    with _overriding("forward", _plain_lora_overrides(layers, _lean_lora_training_forward)):
         yield
 
 
@@ -243,15 +246,9 @@ def input_casts(model: torch.nn.Module, enabled: bool, layers: list[torch.nn.Mod
     """PEFT's casts of a layer's input to its adapter's dtype on or off for the duration: off for the training
     step, where autocast picks the dtypes (what `peft.helpers.disable_input_dtype_casting` does, without its
     two walks over the model); on again while sampling, which runs without autocast."""
-    layers = lora_layers(model) if layers is None else layers
-    before = [getattr(m, "cast_input_dtype_enabled", True) for m in layers]
-    for m in layers:
-        m.cast_input_dtype_enabled = enabled
-    try:
+    layers = tuner_layers(model) if layers is None else layers
+    with _overriding("cast_input_dtype_enabled", [(m, enabled) for m in layers]):
         yield
-    finally:
-        for m, value in zip(layers, before, strict=True):
-            m.cast_input_dtype_enabled = value
 
 
 def _no_grad_disable_adapter(model, layers: list[torch.nn.Module]):
@@ -264,10 +261,9 @@ def _no_grad_disable_adapter(model, layers: list[torch.nn.Module]):
     from peft.utils.other import AuxiliaryTrainingWrapper
 
     peft_disable = type(model).disable_adapter
-    simple = (bool(layers) and all(isinstance(c, LoraConfig) for c in model.peft_config.values())
+    simple = (bool(layers) and all(isinstance(c, LoraConfig) and c.bias == "none" for c in model.peft_config.values())
               and all(isinstance(m, LoraLayer) and hasattr(m, "_disable_adapters") for m in layers)
-              and not any(isinstance(m, AuxiliaryTrainingWrapper) for m in model.modules())
-              and all(getattr(c, "bias", "none") == "none" for c in model.peft_config.values()))
+              and not any(isinstance(m, AuxiliaryTrainingWrapper) for m in model.modules()))
 
     @contextlib.contextmanager
     def disable_adapter() -> Iterator[None]:
@@ -334,7 +330,7 @@ def speed_up_cpu_step(trainer) -> bool:
             or model.get_base_model().dtype != torch.bfloat16 or getattr(trainer, "_rloo_kit_cpu_step", False)):
         return False
     pack_frozen_weights(model)
-    packed, layers = packed_modules(model), lora_layers(model)  # found once: the step enters these every time
+    packed, layers = packed_modules(model), tuner_layers(model)  # found once: the step enters these every time
     reference_switch = [(model, _no_grad_disable_adapter(model, layers))]
     generate, training_step = trainer._generate_single_turn, trainer.training_step
 

@@ -312,14 +312,14 @@ def test_reference_switch_computes_the_base_model_and_restores_the_adapters(tiny
     scans = []
     real_status = PeftModel.get_model_status
     monkeypatch.setattr(PeftModel, "get_model_status", lambda self: scans.append(1) or real_status(self))
-    switch = cpu_step._no_grad_disable_adapter(model, cpu_step.lora_layers(model))
+    switch = cpu_step._no_grad_disable_adapter(model, cpu_step.tuner_layers(model))
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     with torch.no_grad():
         with model.disable_adapter():
             base = model(**batch).logits
         assert len(scans) == 1
         with switch():
-            assert model._adapters_disabled and all(m.disable_adapters for m in cpu_step.lora_layers(model))
+            assert model._adapters_disabled and all(m.disable_adapters for m in cpu_step.tuner_layers(model))
             off = model(**batch).logits
         on = model(**batch).logits
     assert len(scans) == 1  # no status scan for the no-grad pass
@@ -337,7 +337,7 @@ def test_reference_switch_leaves_prompt_learning_to_peft(tiny_model_dir):
     model, tok = _tiny(tiny_model_dir)
     model = get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
     batch = _batch(tok)
-    switch = cpu_step._no_grad_disable_adapter(model, cpu_step.lora_layers(model))
+    switch = cpu_step._no_grad_disable_adapter(model, cpu_step.tuner_layers(model))
     with torch.no_grad():
         with model.disable_adapter():
             base = model(**batch).logits
