@@ -61,17 +61,38 @@ def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
 
 
+_tiles: dict[str, torch.Tensor] = {}
+
+
+def _tile(name: str, rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A (rows x cols) scratch tile, kept between chunks and calls. A fresh 24 MiB tile costs page faults on
+    every pass that writes it (glibc returns freed blocks of that size to the kernel): reusing three tiles
+    took the head's forward from ~52 to ~35 ms and its forward and backward from ~145 to ~105 ms (256
+    tokens of SmolLM2, 49k vocabulary)."""
+    tile = _tiles.get(name)
+    if tile is None or tile.dtype != dtype or tile.device != device or tile.numel() < rows * cols:
+        tile = _tiles[name] = torch.empty(rows * cols, dtype=dtype, device=device)
+    return tile[: rows * cols].view(rows, cols)
+
+
 def _logits(hidden, weight, bias, temperature, softcap, logit_scale, dtype):
-    """fp32 logits of one token chunk, projected in `dtype`; also d(logits)/d(raw projection) when softcapped."""
+    """fp32 logits of one token chunk, projected in `dtype`, in the scratch tile "z" (valid until the next
+    chunk); also d(logits)/d(raw projection) when softcapped."""
     w = weight if weight.dtype == dtype else weight.to(dtype)
-    z = torch.nn.functional.linear(hidden.to(dtype), w, None if bias is None else bias.to(dtype)).float()
+    z = _tile("z", hidden.shape[0], weight.shape[0], torch.float32, hidden.device)
+    if dtype == torch.float32:
+        torch.mm(hidden.float(), w.t(), out=z)
+    else:
+        z.copy_(torch.mm(hidden.to(dtype), w.t(), out=_tile("raw", *z.shape, dtype, z.device)))
+    if bias is not None:
+        z.add_(bias)
     if logit_scale != 1.0:
         z.mul_(logit_scale)
     dcap = None
     if softcap is not None:
         t = torch.tanh(z / softcap)
         dcap = 1 - t * t
-        z = t.mul_(softcap)
+        z.copy_(t.mul_(softcap))
     if temperature != 1.0:
         z.div_(temperature)
     return z, dcap
@@ -82,6 +103,7 @@ class _ChunkedLogProb(torch.autograd.Function):
 
     Forward keeps per-token log-normalisers and entropies only; backward recomputes each chunk's logits
     and turns them into the gradient in place: d logp_t/dz = onehot(t) - p, dH/dz = -p (log p + H).
+    Each chunk is exponentiated once, into a reused tile, for the normaliser and the entropy both.
     """
 
     @staticmethod
@@ -99,19 +121,22 @@ class _ChunkedLogProb(torch.autograd.Function):
         for i in range(0, n, chunk):
             j = min(i + chunk, n)
             z, _ = _logits(hidden[i:j], weight, bias, temperature, softcap, logit_scale, dtype)
-            lz = torch.logsumexp(z, dim=-1)
-            log_z[i:j] = lz
-            logprobs[i:j] = z.gather(-1, targets[i:j].unsqueeze(-1)).squeeze(-1) - lz
-            if mean_logits is not None:
-                mean_logits[i:j] = z.mean(-1)
             if is_top1 is not None:
                 is_top1[i:j] = z.argmax(-1) == targets[i:j]
-            if entropy is not None or log_sum_sq is not None:
-                logp = z.sub_(lz.unsqueeze(-1))  # z is not needed any more: log p in place
-                if log_sum_sq is not None:
-                    log_sum_sq[i:j] = torch.logsumexp(2 * logp, dim=-1)
-                if entropy is not None:
-                    entropy[i:j] = -(logp.exp() * logp).sum(-1)
+            top = z.amax(-1, keepdim=True)
+            z.sub_(top)  # z - max: exp cannot overflow
+            e = torch.exp(z, out=_tile("e", *z.shape, torch.float32, z.device))
+            sum_e = e.sum(-1, keepdim=True)
+            log_sum = sum_e.log()
+            log_z[i:j] = (top + log_sum).squeeze(-1)
+            logprobs[i:j] = (z.gather(-1, targets[i:j].unsqueeze(-1)) - log_sum).squeeze(-1)
+            if mean_logits is not None:
+                mean_logits[i:j] = (z.mean(-1, keepdim=True) + top).squeeze(-1)
+            logp = z.sub_(log_sum)  # log p in place
+            if log_sum_sq is not None:
+                log_sum_sq[i:j] = torch.logsumexp(2 * logp, dim=-1)
+            if entropy is not None:  # -sum p log p, with p = e / sum(e); torch.sum's pairwise sum over the vocabulary
+                entropy[i:j] = e.mul_(logp).sum(-1, keepdim=True).div_(sum_e).neg_().squeeze(-1)
         ctx.save_for_backward(hidden, weight, bias, targets, log_z, log_z if entropy is None else entropy)
         ctx.has_entropy = entropy is not None
         ctx.args = (temperature, softcap, logit_scale, dtype)
@@ -135,7 +160,7 @@ class _ChunkedLogProb(torch.autograd.Function):
             j = min(i + chunk, hidden.shape[0])
             z, dcap = _logits(hidden[i:j], weight, bias, temperature, softcap, logit_scale, dtype)
             logp = z.sub_(log_z[i:j].unsqueeze(-1))
-            p = logp.exp()
+            p = torch.exp(logp, out=_tile("e", *z.shape, torch.float32, z.device))
             if grad_entropy is not None:  # g_H * (-p (log p + H))
                 g = logp.add_(entropy[i:j].unsqueeze(-1)).mul_(p).mul_(-grad_entropy[i:j].float().unsqueeze(-1))
             else:
@@ -150,7 +175,8 @@ class _ChunkedLogProb(torch.autograd.Function):
                 g.mul_(dcap)
             if logit_scale != 1.0:
                 g.mul_(logit_scale)
-            gd = g.to(dtype)  # one rounding per chunk; each product below sums over the whole vocabulary
+            # one rounding per chunk; each product below sums over the whole vocabulary
+            gd = g if dtype == torch.float32 else _tile("raw", *g.shape, dtype, g.device).copy_(g)
             if grad_h is not None:
                 grad_h[i:j] += gd @ w
             if grad_w is not None:
