@@ -3,7 +3,9 @@
 Measures the peaks (2048^2 matmul in fp32 and bf16, best of a few seconds each; memory bandwidth as
 a 256 MiB copy), counts the FLOPs of one RLOO step of the default model at the cpu preset by phase
 from the model's shape and the step's real token counts, times each phase of a few real steps, and
-prints achieved GFLOP/s per phase against the peaks.
+prints achieved GFLOP/s per phase against the peaks. The reference peak is measured again after every
+step (`--step-peak-seconds`), and each step is also given as a fraction of the peak measured right after
+it: this VM's speed drifts between minutes, so a peak taken once at the start can be off for the steps.
 
     .venv/bin/python benchmarks/roofline.py [--steps 4] [--path fast|legacy] [--model smollm2-135m]
 
@@ -20,6 +22,7 @@ import argparse
 import collections
 import contextlib
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,12 +43,16 @@ def best_seconds(fn, seconds: float = 2.0, warmup: int = 2) -> float:
     return best
 
 
-def peaks(seconds: float) -> dict:
+def matmul_peak(dtype: torch.dtype, seconds: float) -> float:
+    """GFLOP/s of the best 2048^2 matmul in `seconds`: the peak every figure here is a fraction of."""
     n = 2048
-    out = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        out[f"matmul_{name}_gflops"] = round(2 * n**3 / best_seconds(lambda a=a, b=b: a @ b, seconds) / 1e9, 1)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    return round(2 * n**3 / best_seconds(lambda: a @ b, seconds) / 1e9, 1)
+
+
+def peaks(seconds: float) -> dict:
+    out = {f"matmul_{name}_gflops": matmul_peak(dtype, seconds)
+           for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     src = torch.empty(64 * 1024**2, dtype=torch.float32).fill_(1.0)  # 256 MiB
     dst = torch.empty_like(src)
     out["copy_gb_per_s"] = round(2 * src.numel() * 4 / best_seconds(lambda: dst.copy_(src), seconds) / 1e9, 1)
@@ -185,8 +192,9 @@ class PhaseClock:
             self.seconds[name] += time.perf_counter() - t
 
 
-def instrument(trainer, clock: PhaseClock, base_model) -> dict:
-    """Wrap the trainer's phases in timers; returns a dict the step shapes are recorded into."""
+def instrument(trainer, clock: PhaseClock, base_model, peak_dtype: torch.dtype, peak_seconds: float) -> dict:
+    """Wrap the trainer's phases in timers; returns a dict the step shapes are recorded into. After each
+    step, outside its timers, the reference matmul peak is measured again for `peak_seconds` (0: not)."""
     from transformers import TrainerCallback
 
     from rloo_kit.compat import _adapters_on
@@ -252,7 +260,7 @@ def instrument(trainer, clock: PhaseClock, base_model) -> dict:
 
     class Steps(TrainerCallback):
         def __init__(self):
-            self.step_seconds, self.snapshots = [], []
+            self.step_seconds, self.snapshots, self.peaks = [], [], []
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.t = time.perf_counter()
@@ -266,11 +274,21 @@ def instrument(trainer, clock: PhaseClock, base_model) -> dict:
         def on_step_end(self, args, state, control, **kwargs):
             self.step_seconds.append(time.perf_counter() - self.t)
             self.snapshots.append(dict(clock.seconds))
+            if peak_seconds:
+                self.peaks.append(matmul_peak(peak_dtype, peak_seconds))
 
     steps = Steps()
     trainer.add_callback(steps)
     shapes["steps"] = steps
     return shapes
+
+
+def drift_note(per_step: list[float], step_peaks: list[float]) -> str:
+    if not per_step:
+        return ""
+    return (f"; each step against the peak measured right after it ({min(step_peaks):.0f}-{max(step_peaks):.0f} "
+            f"GFLOP/s over the run): median {100 * statistics.median(per_step):.0f}%, range "
+            f"{100 * min(per_step):.0f}-{100 * max(per_step):.0f}%")
 
 
 def main() -> None:
@@ -279,6 +297,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--path", choices=("fast", "legacy"), default="fast")
     ap.add_argument("--peak-seconds", type=float, default=3.0)
+    ap.add_argument("--step-peak-seconds", type=float, default=1.0,
+                    help="the reference peak measured again after every step, for this long (0: not)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     if a.path == "legacy":
@@ -305,7 +325,8 @@ def main() -> None:
                                      max_steps=a.steps, save_strategy="no", disable_tqdm=True, seed=a.seed,
                                      monitor=False, live=False, generation_kwargs={"eos_token_id": []})
     clock = PhaseClock()
-    shapes = instrument(trainer, clock, base)
+    bf16 = cpu_compute().bf16 and a.path == "fast"
+    shapes = instrument(trainer, clock, base, torch.bfloat16 if bf16 else torch.float32, a.step_peak_seconds)
     trainer.train()
     steps = shapes["steps"]
     first = steps.snapshots[0]  # leave the first (warm-up) step out
@@ -318,7 +339,9 @@ def main() -> None:
     flops = step_flops(*step)
     phase_s["rest"] = step_s - sum(phase_s.values())
     total = sum(flops.values())
-    bf16 = cpu_compute().bf16 and a.path == "fast"
+    # each step against the peak measured right after it: this VM's speed drifts between minutes, which moves
+    # a step and a peak measured minutes apart differently
+    per_step = [total / t / 1e9 / p for t, p in zip(steps.step_seconds[1:], steps.peaks[1:], strict=False)]
     ref_peak = peak["matmul_bf16_gflops"] if bf16 else peak["matmul_fp32_gflops"]
     matmuls = matmul_seconds(trainer.model, shapes, preset.lora_r, packed=bf16 and packing_available(),
                              legacy=a.path == "legacy")
@@ -350,14 +373,18 @@ def main() -> None:
               "achieved_fraction_of_reference_peak": round(whole / ref_peak, 3),
               "matmuls_alone_seconds": round(floor, 3),
               "matmuls_alone_fraction_of_reference_peak": round(linear_flops / floor / 1e9 / ref_peak, 3),
-              "reference_peak": "bf16" if bf16 else "fp32", "goal": ">= 40% of the bf16 matmul peak where bf16 is used"}
+              "reference_peak": "bf16" if bf16 else "fp32", "goal": ">= 40% of the bf16 matmul peak where bf16 is used",
+              "peak_after_each_step_gflops": steps.peaks,
+              "per_step_fraction_of_peak_after_it": [round(f, 3) for f in per_step],
+              "median_per_step_fraction": round(statistics.median(per_step), 3) if per_step else None}
     notes = (f"Peaks: 2048^2 matmul {peak['matmul_fp32_gflops']} GFLOP/s fp32, {peak['matmul_bf16_gflops']} bf16; "
              f"copy {peak['copy_gb_per_s']} GB/s (read + write). CPU flags: {', '.join(choice.flags)}. Path: "
              f"{result['cpu_path']}. Step: {shapes['batch']} completions x ({shapes['seq'] - shapes['completion']} "
              f"prompt + {shapes['completion']} completion tokens), completions forced to full length; prefill "
              f"{shapes['prefill_rows']} rows x {shapes['prefill_tokens']} tokens; FLOPs counted as run; mean of "
              f"steps 2..{a.steps}. Whole step at {whole:.0f} GFLOP/s = {100 * whole / ref_peak:.0f}% of the "
-             f"{result['reference_peak']} peak. The last column replays each phase's linear layers alone, on the "
+             f"{result['reference_peak']} peak measured at the start{drift_note(per_step, steps.peaks[1:])}. "
+             f"The last column replays each phase's linear layers alone, on the "
              f"model's weights at the step's row counts (attention's products and everything else left out): "
              f"{floor:.2f} s of the step's {step_s:.2f} s: those products alone run at "
              f"{100 * linear_flops / floor / 1e9 / ref_peak:.0f}% of the peak; the other {step_s - floor:.2f} s go "
