@@ -42,6 +42,7 @@ $(CHROMIUM):
 
 # Everything, the browser test included: the REQUIRE variables make a missing Unsloth or browser fail, not skip.
 test: setup $(CHROMIUM)
+	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
 
 lint: setup

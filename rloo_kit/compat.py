@@ -6,7 +6,8 @@ TRL 1.15's RLOOTrainer computes per-token log-probabilities through a Triton ker
 same quantities with plain PyTorch; CUDA keeps TRL's kernel. Like TRL's kernel it projects in the
 hidden states' dtype (bf16 when the base model is bf16), reduces over the vocabulary in fp32, keeps
 only per-token statistics for backward and recomputes the logits there, so neither the weight nor
-the (tokens x vocabulary) logits are copied to fp32 for autograd to hold.
+the (tokens x vocabulary) logits are copied to fp32 for autograd to hold. Its logit tiles are reused
+across chunks and calls, and each chunk is exponentiated once (normaliser and entropy from one `exp`).
 
 `reuse_policy_forward(trainer)` removes work TRL does twice on every step: with one optimisation
 pass per generation (`num_iterations=1`), the "old" log-probabilities that TRL computes without
@@ -61,6 +62,8 @@ def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
 
 
+# Backward projects the logits again, as TRL's kernel does. Keeping forward's projection for it instead (24 MiB
+# at the cpu preset) was tried: the step no faster (1.001, 17 alternating steps each).
 _tiles: dict[str, torch.Tensor] = {}
 
 

@@ -36,7 +36,10 @@ weights for sampling: a young adapter's B A is mostly below half a bf16 step of 
 to, so the merge rounds it away and the sampler lags the policy (93% of SmolLM2's merged delta entries
 were zero after one step, 27% after thirty); torch.compile of the decoder layers: 15 s to compile, then
 a recompile per layer as the cache grows; transformers' own compiled decoding (a static cache and a
-CompileConfig that allows CPUs): 68 s to compile, then 1.37 s a generation against this sampler's 0.96 s.
+CompileConfig that allows CPUs): 68 s to compile, then 1.37 s a generation against this sampler's 0.96 s;
+the training adapters' product added in place (`addmm_`) and an autograd Function pairing the fused RMSNorm
+kernel with a hand-written backward: each faster alone, together the step 2.5% slower (49 alternating steps
+each).
 """
 
 from __future__ import annotations
@@ -342,8 +345,9 @@ def speed_up_cpu_step(trainer) -> bool:
             return generate(*args, **kwargs)
 
     def bf16_training_step(self, *args, **kwargs):
-        with (torch.autocast("cpu", dtype=torch.bfloat16), input_casts(model, False, layers), packed_weights(model, packed),
-              lean_lora_training(model, layers), _overriding("disable_adapter", reference_switch)):
+        with (torch.autocast("cpu", dtype=torch.bfloat16), input_casts(model, False, layers),
+              packed_weights(model, packed), lean_lora_training(model, layers),
+              _overriding("disable_adapter", reference_switch)):
             return training_step(*args, **kwargs)
 
     trainer._generate_single_turn = types.MethodType(generate_single_turn, trainer)

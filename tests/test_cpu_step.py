@@ -406,7 +406,8 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     q_proj = trainer.model.base_model.model.model.layers[0].self_attn.q_proj
     q_proj.register_forward_hook(lambda m, i, o: autocast.append((torch.is_autocast_enabled("cpu"), o.dtype)))
     switched = []  # the reference pass's adapter switch, PEFT's or the kit's
-    q_proj.register_forward_hook(lambda m, i, o: switched.append(m.disable_adapters) if not torch.is_grad_enabled() else None)
+    q_proj.register_forward_hook(
+        lambda m, i, o: None if torch.is_grad_enabled() else switched.append(m.disable_adapters))
     scans = []
     real_status = type(trainer.model).get_model_status
     monkeypatch.setattr(type(trainer.model), "get_model_status", lambda self: scans.append(1) or real_status(self))
