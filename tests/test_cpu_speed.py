@@ -91,6 +91,23 @@ def test_bf16_path_projects_in_bf16_and_reduces_in_fp32():
         assert rel < 2e-2, rel
 
 
+def test_reused_tiles_serve_calls_of_every_size_in_turn():
+    """The head's scratch tiles outlive a call: a smaller call after a larger one (and another vocabulary) reads
+    only its own part of them, in forward and in backward."""
+    for n, v, dtype in ((40, 2003, torch.bfloat16), (5, 301, torch.float32), (37, 301, torch.bfloat16),
+                        (3, 2003, torch.float32)):
+        hidden, weight, _, targets = inputs(dtype, n=n, v=v, seed=n)
+        got = compat.TorchChunkedLogProb.apply(hidden, weight, None, targets, 1.0, 4096, None, 1.0, OUTPUTS)
+        want = reference(hidden, weight, None, targets, 1.0, None, 1.0)
+        tol = 0.05 if dtype == torch.bfloat16 else 1e-5
+        for g, w in zip(got[:4], want[:4], strict=True):
+            torch.testing.assert_close(g.double(), w, rtol=0, atol=tol)
+        (mine,) = torch.autograd.grad(got[0].sum(), [hidden])
+        (theirs,) = torch.autograd.grad(want[0].sum(), [hidden])
+        rel = (mine.double() - theirs.double()).norm() / theirs.double().norm()
+        assert rel < (2e-2 if dtype == torch.bfloat16 else 1e-5), (n, v, rel)
+
+
 def test_frozen_weight_gets_no_gradient_and_no_weight_product():
     hidden, weight, _, targets = inputs(torch.float32)
     weight = weight.detach()  # LoRA: the tied embedding / LM head is frozen
