@@ -30,7 +30,8 @@ import trl.trainer.utils as trl_utils
 # Tokens per projection: fp32 logit tiles of at most 24 MiB (128 tokens of SmolLM2's 49k vocabulary). glibc
 # maps each allocation over 32 MiB fresh from the kernel, so larger tiles page-fault on every elementwise
 # pass: exp over 256 x 49k fp32 took 26 ms, ~4x the per-token time of 128 x 49k (the step: -1 to -4% in
-# two in-process A/B runs against 512-token tiles).
+# two in-process A/B runs against 512-token tiles). Measured when each chunk allocated its own tiles; now they
+# are kept between chunks and calls (`_tile`), and the bound also caps the memory they hold.
 _TILE_BYTES = 24 * 2**20
 _TOKEN_CHUNK: int | None = None  # tests set a fixed number of tokens
 _LEGACY = False  # benchmarks/cpu_speed.py: True restores the fp32, autograd-through-log_softmax path of 0.1
@@ -69,7 +70,7 @@ _tiles: dict[str, torch.Tensor] = {}
 
 def _tile(name: str, rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A (rows x cols) scratch tile, kept between chunks and calls. A fresh 24 MiB tile costs page faults on
-    every pass that writes it (glibc returns freed blocks of that size to the kernel): reusing three tiles
+    every pass that writes it (glibc can hand a freed block of that size back to the kernel): reusing three tiles
     took the head's forward from ~52 to ~35 ms and its forward and backward from ~145 to ~105 ms (256
     tokens of SmolLM2, 49k vocabulary)."""
     tile = _tiles.get(name)
