@@ -20,7 +20,7 @@ CHROMIUM ?= /usr/lib/chromium/chromium
 export TQDM_DISABLE ?= 1
 export HF_DATASETS_DISABLE_PROGRESS_BARS ?= 1
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,12 @@ test: setup $(CHROMIUM)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
 
+# The lane for working: lint, unit and tiny-model tests; no notebook run, real model, browser or Unsloth (their
+# markers), no multi-process `accelerate launch` (test_distributed.py). CI's `make test` runs all of it.
+test-fast: setup
+	$(VENV)/bin/ruff check rloo_kit tests benchmarks
+	$(PY) -m pytest -q -m "not slow and not browser and not unsloth" --ignore=tests/test_distributed.py
+
 lint: setup
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 
@@ -56,7 +62,7 @@ bench: setup
 	$(PY) benchmarks/scaling.py --model random:tiny
 	$(PY) benchmarks/backends.py
 	$(PY) benchmarks/preflight.py
-	$(PY) benchmarks/own_tasks.py
+	$(PY) benchmarks/preflight_verdicts.py
 	$(PY) benchmarks/cpu_speed.py --steps 30
 	$(PY) benchmarks/roofline.py --steps 4
 	$(PY) benchmarks/roofline.py --steps 4 --path legacy

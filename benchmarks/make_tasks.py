@@ -1,12 +1,23 @@
-"""Write the own-task files the benchmarks train on: tasks unlike the arithmetic demo, one with
-number answers and one with word answers, as a user's own file would be (prompt + answer columns).
+"""Write the own-task files the benchmarks train on: tasks unlike the arithmetic demo, as a user's own
+files would be, of each kind a user brings (benchmarks/preflight_verdicts.py says what each is for):
 
-    .venv/bin/python benchmarks/make_tasks.py   # -> benchmarks/tasks/*.jsonl
+- learnable: number words -> digits and opposites (answers that run past 16 tokens when the model
+  explains), sentiment labels (conversations with a system message, answers from a label set), the
+  larger of two numbers (a CSV with its own column names);
+- hopeless for a 135M model: products of two 4-digit primes, a random string reversed;
+- solved: repeat a small number;
+- unscored: opposites scored by a reward of the user's (unscored_reward.py) that reads a JSON field the
+  model never writes.
+
+    .venv/bin/python benchmarks/make_tasks.py   # -> benchmarks/tasks/*
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import random
+import string
 from pathlib import Path
 
 TASKS = Path(__file__).parent / "tasks"
@@ -40,12 +51,46 @@ def write(name: str, rows: list[dict]) -> None:
     print(f"{TASKS / name}.jsonl: {len(rows)} rows")
 
 
+GOOD = "delicious friendly wonderful excellent fantastic lovely helpful beautiful perfect great".split()
+BAD = "terrible rude awful disgusting horrible broken dirty boring useless disappointing".split()
+THINGS = "food staff room service film book hotel phone coffee concert".split()
+SENTIMENT_SYSTEM = "You label product and place reviews as positive or negative."
+
+
+def primes(lo: int, hi: int) -> list[int]:
+    return [n for n in range(lo, hi) if all(n % d for d in range(2, int(n ** 0.5) + 1))]
+
+
 def main() -> None:
+    rng = random.Random(0)
     write("number_words", [{"prompt": f"Write the number {number_word(n)} in digits.", "answer": str(n)}
                            for n in range(100)])
     pairs = [line.split() for line in OPPOSITES.replace("\n", "|").split("|")]
     write("opposites", [{"prompt": f"What is the opposite of '{a}'?", "answer": [b, *ANSWER_ALSO.get(b, [])]}
                         for a, b in pairs])
+    reviews = [(f"The {thing} was {word}.", label) for thing in THINGS
+               for words, label in ((GOOD, "positive"), (BAD, "negative")) for word in rng.sample(words, 5)]
+    rng.shuffle(reviews)
+    write("sentiment", [{"messages": [{"role": "system", "content": SENTIMENT_SYSTEM},
+                                      {"role": "user", "content": f"Review: {text} Is this review positive or "
+                                                                  "negative?"}], "label": label}
+                        for text, label in reviews])
+    pairs = rng.sample([(a, b) for a in range(10, 100) for b in range(10, 100) if a != b], 120)
+    write_csv("larger", ["question", "solution"], [(f"Which number is larger, {a} or {b}?", max(a, b))
+                                                   for a, b in pairs])
+    p = primes(1000, 10000)
+    write("prime_products", [{"prompt": f"What is {a} times {b}?", "answer": str(a * b)}
+                             for a, b in (rng.sample(p, 2) for _ in range(100))])
+    letters = ["".join(rng.choices(string.ascii_lowercase, k=9)) for _ in range(100)]
+    write("reverse_letters", [{"prompt": f"Write the letters '{w}' in reverse order.", "answer": w[::-1]}
+                              for w in letters])
+    write("copy_number", [{"prompt": f"Repeat this number: {n}", "answer": str(n)} for n in range(1, 101)])
+
+
+def write_csv(name: str, header: list[str], rows: list[tuple]) -> None:
+    with (TASKS / f"{name}.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    print(f"{TASKS / name}.csv: {len(rows)} rows")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`rloo-kit`: doctor, presets, fetch-model, demo, preflight, train, eval."""
+"""`rloo-kit`: doctor, presets, fetch-model, demo, preflight, train, eval, train-rm."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import RewardError, RlooKitError
+from .errors import ConfigError, RewardError, RlooKitError
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FILE_HELP = """\
@@ -25,6 +25,7 @@ and picks the completion length (and a small brevity reward when the model rambl
 
 def cmd_doctor(args) -> int:
     from .hardware import cpu_path_summary, detect_hardware, hub_reachable, package_versions
+    from .patches import plan_here
     from .presets import pick_preset
     from .sources import DEFAULT_MODEL, default_model_path, is_cached
 
@@ -39,6 +40,7 @@ def cmd_doctor(args) -> int:
              (f"default model ({DEFAULT_MODEL})", f"cached at {default_model_path()}" if is_cached()
               else "not cached (rloo-kit fetch-model)"),
              ("preset it would pick", pick_preset(hw).name)]
+    rows += [(f"patch {o.patch.name}", f"{o.status}: {o.reason}") for o in plan_here(hw)]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0
@@ -104,29 +106,64 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _prepare(args, *, lora: bool = True):
-    """The plan, task and model a `train` or `preflight` command asked for, every "auto" resolved."""
-    from .models import attach_lora, load_model
+KNOBS = ("beta", "temperature", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # flags that set a preset field
+
+
+def _prepare(args):
+    """The plan and task a `train` or `preflight` command asked for, every "auto" resolved, with every
+    check that needs no model weights done first: a bad input is refused in a second, not after a load."""
+    from dataclasses import replace
+
+    from .presets import make_config
+    from .rewards import check_on_rows, from_file
+    from .sources import check_source
     from .tasks import load_task, plan_run
 
+    if getattr(args, "max_steps", 1) is not None and getattr(args, "max_steps", 1) < 1:
+        raise ConfigError(f"--max-steps {args.max_steps}: train at least one step (the demo learns in 30).")
+    if args.preflight_prompts < 0:
+        raise ConfigError(f"--preflight-prompts {args.preflight_prompts}: give a number of prompts, or 0 to skip.")
     plan = plan_run(args.model, args.task, args.preset)
+    knobs = {k: getattr(args, k) for k in KNOBS if getattr(args, k, None) is not None}
+    if knobs:
+        plan = replace(plan, preset=replace(plan.preset, **knobs))
     task = load_task(plan.task, path=args.path, n_test=args.n_test, seed=args.seed or 0,
-                     prompt_column=args.prompt_column, answer_column=args.answer_column)
+                     prompt_column=args.prompt_column, answer_column=args.answer_column,
+                     system_prompt=args.system_prompt, encoding=args.encoding)
     if args.max_completion_length:
         task = task.replace(max_completion_length=args.max_completion_length)
+    for spec in args.reward or ():
+        fn, weight = from_file(spec)
+        check_on_rows(fn, [task.train[i] for i in range(min(4, len(task.train)))])
+        task = task.with_reward(fn, weight)
+    make_config(plan.preset, output_dir=str(getattr(args, "output_dir", "runs/preflight")), save_strategy="no",
+                **_overrides(args), **task.trainer_overrides())  # TRL's rules, before any weight loads
+    check_source(plan.model)
+    task = _with_reward_model(task, args)  # --reward-model DIR: loaded last, once everything else is checked
+    return plan, task
+
+
+def _overrides(args) -> dict:
+    """The RLOOConfig fields set on the command line that no preset field carries."""
+    return {k: v for k, v in dict(max_steps=getattr(args, "max_steps", None), save_steps=getattr(args, "save_steps", None),
+                                  per_device_train_batch_size=getattr(args, "batch_size", None),
+                                  seed=args.seed).items() if v is not None}
+
+
+def _load(args, plan, task):
+    from .models import attach_lora, load_model
+
     model, tok = load_model(plan.model, preset=plan.preset, backend=args.backend, load_in_4bit=args.load_in_4bit)
-    if lora:
-        model = attach_lora(model, preset=plan.preset, seed=args.seed or 0)
+    model = attach_lora(model, preset=plan.preset, seed=args.seed or 0)
     print(f"model {plan.model} · task {task.name} ({len(task.train)} training prompts, {len(task.test)} held out) · "
           f"preset {plan.preset.name} · {plan.hardware.device} ({plan.hardware.name})", flush=True)
-    return plan, task, model, tok
+    return model, tok
 
 
 def _run_preflight(args, plan, task, model, tok):
     from .preflight import preflight
 
-    report = preflight(model, tok, task, preset=plan.preset, num_generations=args.num_generations,
-                       n_prompts=args.preflight_prompts, seed=args.seed or 0)
+    report = preflight(model, tok, task, preset=plan.preset, n_prompts=args.preflight_prompts, seed=args.seed or 0)
     print(report, flush=True)
     for p in report.problems:
         if p.kind == "unscored" and p.blocking:
@@ -135,11 +172,27 @@ def _run_preflight(args, plan, task, model, tok):
 
 
 def cmd_preflight(args) -> int:
-    plan, task, model, tok = _prepare(args)
+    if args.preflight_prompts == 0:
+        raise ConfigError("--preflight-prompts 0 leaves the pre-flight nothing to sample: give at least 1 (default 32).")
+    plan, task = _prepare(args)
+    model, tok = _load(args, plan, task)
     report = _run_preflight(args, plan, task, model, tok)
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
     return 0 if report.ok else 1
+
+
+def _check_output_dir(args) -> Path:
+    """The run's directory: refused when it is a file, or when it holds a finished run that neither
+    --resume nor --overwrite asks to touch (its adapter and metrics would be replaced in silence)."""
+    out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output-dir '{out}' is a file; name a directory (it is created if missing).")
+    held = [name for name in ("metrics.json", "adapter") if (out / name).exists()]
+    if held and not (args.resume or args.overwrite):
+        raise ConfigError(f"'{out}' already holds a run ({', '.join(held)}). Continue it with --resume, replace it "
+                          "with --overwrite, or choose another --output-dir.")
+    return out
 
 
 def cmd_train(args) -> int:
@@ -148,28 +201,25 @@ def cmd_train(args) -> int:
     from .preflight import fit_task
     from .training import ADAPTER_DIR, build_trainer, train
 
-    plan, task, model, tok = _prepare(args)
-    out = Path(args.output_dir)
+    out = _check_output_dir(args)
+    plan, task = _prepare(args)
+    model, tok = _load(args, plan, task)
     out.mkdir(parents=True, exist_ok=True)
     metrics = {"model": plan.model, "task": task.name, "preset": plan.preset.name, "device": plan.hardware.device}
-    overrides = {k: v for k, v in dict(max_steps=args.max_steps, save_steps=args.save_steps,
-                                       learning_rate=args.learning_rate, num_generations=args.num_generations,
-                                       per_device_train_batch_size=args.batch_size, seed=args.seed).items()
-                 if v is not None}
+    overrides = _overrides(args)
     if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`
         overrides.update(use_vllm=True, vllm_mode=args.vllm)
     report, wanted = None, not args.resume and args.preflight_prompts > 0
+    if not args.resume and args.preflight_prompts == 0:
+        print("pre-flight skipped (--preflight-prompts 0): no verdict on whether this run can learn.", flush=True)
     if wanted and world_size() > 1:  # every process would sample its own pre-flight and might decide differently
         print("pre-flight skipped under several processes: run `rloo-kit preflight` (same options) in one first.")
     elif wanted:
         report = _run_preflight(args, plan, task, model, tok)
-        task, notes = fit_task(task, report, plan.preset)
+        task, notes = fit_task(task, report)
         for note in notes:
             print(f"own-task default: {note}", flush=True)
-        metrics["preflight"] = {"ok": report.ok, "problems": report.kinds(), "seconds": round(report.seconds, 1),
-                                "zero_spread_fraction": report.zero_spread_fraction,
-                                "truncation_rate": report.truncation_rate, "pass_rate": report.pass_rate,
-                                "own_task_defaults": notes}
+        metrics["preflight"] = _preflight_summary(report, notes)
     task = task.for_preset(plan.preset)
     trainer = build_trainer(model, tok, task, preset=plan.preset, output_dir=str(out), disable_tqdm=True,
                             **overrides)  # settings that cannot work fail here, before any generation
@@ -180,9 +230,9 @@ def cmd_train(args) -> int:
         metrics.update(steps=0, trained=False, max_completion_length=task.max_completion_length,
                        accuracy_before=before.accuracy, accuracy_after=before.accuracy)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        print(f"Not training: the pre-flight says this run cannot learn ({', '.join(report.kinds())}); the fixes "
-              f"are above, and --force trains anyway. The model is unchanged (accuracy_after = accuracy_before in "
-              f"{out / 'metrics.json'}).", file=sys.stderr)
+        print(f"Not training: the pre-flight says the run that would be trained cannot learn "
+              f"({', '.join(report.kinds())}); the fixes are above, and --force trains anyway. The model is unchanged "
+              f"(accuracy_after = accuracy_before in {out / 'metrics.json'}).", file=sys.stderr)
         return 3
     start = time.time()
     train(trainer, resume=args.resume)
@@ -208,8 +258,54 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _preflight_summary(report, notes: list[str]) -> dict:
+    """What metrics.json keeps of the pre-flight: the verdict on the trained setup, the as-asked figures."""
+    def figures(setup):
+        return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
+                "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
+                "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok}
+
+    return {"ok": report.ok, "verdict": report.verdict, "problems": report.kinds(), "seconds": round(report.seconds, 1),
+            "probe_length": report.probe_length, "widened_from": report.widened_from, **figures(report.trained),
+            "as_asked": figures(report.asked), "own_task_defaults": notes}
+
+
 def _fmt(accuracy: float | None) -> str:
     return "n/a (no answer column)" if accuracy is None else f"{accuracy:.2f}"
+
+
+def _with_reward_model(task, args):
+    """--reward-model DIR (written by `train-rm`): alone, it is the training reward in place of the task's (whose
+    answers still measure held-out accuracy, a check the reward model cannot game); with --reward-model-weight W it
+    joins the task's rewards at that weight."""
+    from .errors import ConfigError
+
+    path, weight = getattr(args, "reward_model", None), getattr(args, "reward_model_weight", None)
+    if not path:
+        if weight is not None:
+            raise ConfigError("--reward-model-weight needs --reward-model DIR (a reward model from "
+                              "`rloo-kit train-rm`).")
+        return task
+    from .reward_models import load_reward_model
+
+    fn = load_reward_model(path)
+    return task.replace(reward_funcs=(fn,), reward_weights=None) if weight is None else task.with_reward(fn, weight)
+
+
+def cmd_train_rm(args) -> int:
+    from .reward_models import METRICS, train_reward_model
+
+    settings = {k: getattr(args, k) for k in RM_FLAGS}
+    result = train_reward_model(args.path, args.output_dir, model=args.model, preset=args.preset, seed=args.seed,
+                                overwrite=args.overwrite, encoding=args.encoding, **settings)
+    print(result)
+    print(f"metrics: {Path(args.output_dir) / METRICS}. Train against it: rloo-kit train --reward-model "
+          f"{args.output_dir} (alone), or add --reward-model-weight 0.5 to keep the task's rewards beside it.")
+    return 0
+
+
+RM_FLAGS = {"learning_rate": float, "num_train_epochs": float, "eval_fraction": float, "max_length": int,  # train-rm
+            "lora_r": int, "per_device_train_batch_size": int}  # flags that set a RewardModelPreset field
 
 
 def cmd_eval(args) -> int:
@@ -219,7 +315,7 @@ def cmd_eval(args) -> int:
 
     base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
     task = load_task(args.task, path=args.path, n_test=args.n_test, prompt_column=args.prompt_column,
-                     answer_column=args.answer_column)
+                     answer_column=args.answer_column, system_prompt=args.system_prompt, encoding=args.encoding)
     length = args.max_new_tokens or _trained_length(args.adapter)
     task = task.replace(max_completion_length=length) if length else task.for_preset(args.preset or "auto")
     base, tok = load_model(base_name, preset=args.preset)
@@ -246,6 +342,7 @@ def _trained_length(adapter: str) -> int | None:
 def build_parser() -> argparse.ArgumentParser:
     from .models import BACKENDS
     from .presets import PRESETS
+    from .reward_models import RewardModelPreset
     from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
     from .tasks import TASKS
 
@@ -275,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--answer-column", default="answer", help="the file's answer column")
         sp.add_argument("--n-test", type=int, default=None,
                         help="held-out prompts for accuracy before/after (default: 50, or a fifth of a smaller file)")
+        sp.add_argument("--system-prompt", help="a system message put before every prompt that has none of its own")
+        sp.add_argument("--encoding", default="utf-8", help="the task file's text encoding (default utf-8; a "
+                        "byte-order mark is fine)")
         sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
 
     def run_args(sp):
@@ -283,9 +383,28 @@ def build_parser() -> argparse.ArgumentParser:
         task_args(sp)
         sp.add_argument("--backend", default="auto", choices=BACKENDS)
         sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None)
-        sp.add_argument("--num-generations", type=int, help="completions per prompt (default: the preset's)")
+        sp.add_argument("--num-generations", type=int, help="K, completions per prompt: RLOO's baseline for each "
+                        "is the mean reward of the other K-1, so more means a steadier baseline and more prompts with "
+                        "reward spread, at K times the sampling (default: the preset's, 4 on a CPU)")
         sp.add_argument("--max-completion-length", type=int,
-                        help="default: the task's; for a file task, chosen by the pre-flight")
+                        help="tokens a completion may run; a cut answer scores as wrong (default: the task's; for a "
+                        "file task, chosen by the pre-flight)")
+        sp.add_argument("--beta", type=float, help="weight of the KL penalty to the base model, taken out of the "
+                        "reward: higher keeps the policy closer to the model you started from (preset: 0.02 on a CPU)")
+        sp.add_argument("--temperature", type=float, help="sampling temperature of the K completions: higher "
+                        "gives more reward spread to learn from, and more nonsense (preset: 1.0)")
+        sp.add_argument("--learning-rate", type=float, help="the LoRA adapter's learning rate (preset: 2e-4 on a "
+                        "CPU); too high shows as kl_explosion in the health monitor")
+        sp.add_argument("--lora-r", type=int, help="LoRA rank: the adapter's capacity (preset: 16)")
+        sp.add_argument("--lora-alpha", type=int, help="LoRA scale alpha; the update is scaled by alpha/r "
+                        "(preset: 32)")
+        sp.add_argument("--reward", action="append", metavar="FILE.py:FUNCTION[:WEIGHT]",
+                        help="a reward of your own from a local Python file, beside the task's (repeatable; weight "
+                        "1.0 unless given). Called as TRL calls rewards: fn(prompts, completions, **columns) -> floats")
+        sp.add_argument("--reward-model", metavar="DIR", help="a reward model from `rloo-kit train-rm`: alone, the "
+                        "training reward in place of the task's (held-out accuracy still uses the task's answers)")
+        sp.add_argument("--reward-model-weight", type=float, metavar="W", help="keep the task's rewards and add "
+                        "--reward-model's score at this weight (e.g. 0.5)")
         sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
         sp.add_argument("--seed", type=int)
 
@@ -301,14 +420,30 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--output-dir", default="runs/train")
     tr.add_argument("--max-steps", type=int, default=40)
     tr.add_argument("--save-steps", type=int)
-    tr.add_argument("--learning-rate", type=float)
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "
                     "num_generations across processes: processes x batch must be a multiple of num_generations)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    tr.add_argument("--overwrite", action="store_true", help="train into an --output-dir that holds a finished run, "
+                    "replacing it")
     tr.add_argument("--vllm", choices=("colocate", "server"), help="generate with vLLM (CUDA, `pip install "
                     "\"trl[vllm]\"`): colocate = on each training GPU; server = a `trl vllm-serve` already running")
     tr.add_argument("--force", action="store_true", help="train even when the pre-flight says it cannot learn")
     tr.set_defaults(fn=cmd_train)
+    rm = sub.add_parser("train-rm", help="train a reward model on preference pairs (prompt, chosen, rejected)")
+    rm.add_argument("--path", required=True, help="a .jsonl/.json/.csv/.parquet file, one pair a row: prompt, chosen "
+                    "(the preferred answer), rejected (TRL's preference format)")
+    rm.add_argument("--output-dir", default="runs/reward-model")
+    rm.add_argument("--model", default=DEFAULT_MODEL, help="the model under the score head: hub id, directory, .gguf "
+                    f"or alias (default {DEFAULT_MODEL}, offline)")
+    rm.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
+    rm_help = RewardModelPreset.describe()
+    for flag, kind in RM_FLAGS.items():
+        rm.add_argument("--" + flag.replace("_", "-").replace("num-train-", "").replace("per-device-train-", ""),
+                        dest=flag, type=kind, help=rm_help[flag] + " (default: the preset's)")
+    rm.add_argument("--seed", type=int, default=0)
+    rm.add_argument("--encoding", default="utf-8", help="the file's text encoding")
+    rm.add_argument("--overwrite", action="store_true", help="replace a reward model already in --output-dir")
+    rm.set_defaults(fn=cmd_train_rm)
     ev = sub.add_parser("eval", help="base vs adapter on held-out prompts")
     ev.add_argument("--adapter", required=True)
     ev.add_argument("--model", help="base model (default: the one recorded in the adapter)")

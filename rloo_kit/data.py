@@ -7,13 +7,16 @@
 
 from __future__ import annotations
 
+import json
 import random
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, load_dataset
 
 from .errors import DataError
+from .rewards import parse_number
 
 # How each operator is asked. Plain instructions, not "a+b=": a small model has to learn to answer
 # them with the sum rather than talk about the numbers, which is what RLOO teaches it on a CPU.
@@ -30,25 +33,33 @@ def chat_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
 
 
 N_TEST = 50  # held-out prompts: enough to tell 0.7 from 0.9 (a standard error of ~0.06)
+ARITHMETIC_MAX_OPERAND = 12  # 0..12: 91 sums up to commuting, so that 50 held out with their twins leave 41 to train
 
 
-def arithmetic_task(*, n_train: int = 2000, n_test: int = N_TEST, max_operand: int = 9,
+def arithmetic_task(*, n_train: int = 2000, n_test: int = N_TEST, max_operand: int = ARITHMETIC_MAX_OPERAND,
                     ops: Sequence[str] = ("+",), seed: int = 0, system_prompt: str | None = None,
                     template: str | None = None) -> DatasetDict:
     """Questions such as 'Add 3 and 4.' over operands 0..max_operand (ARITHMETIC_WORDING per
-    operator, or `template` with {a}, {op} and {b}). The test questions are held out:
-    no (a, op, b) of the test split appears in train. Train rows are drawn with replacement from
-    the rest, so n_train may exceed the number of distinct questions."""
+    operator, or `template` with {a}, {op} and {b}). The test questions are held out together with their
+    commuted twins: for + and *, neither 'Add 3 and 4.' nor 'Add 4 and 3.' is in train when either is in
+    test, so held-out accuracy measures sums the model was not trained on. Train rows are drawn with
+    replacement from the rest, so n_train may exceed the number of distinct questions."""
     bad = [op for op in ops if op not in _OPS]
     if bad:
         raise DataError(f"Unknown operator(s) {bad}; use any of {list(_OPS)}.")
-    questions = [(a, op, b) for a in range(max_operand + 1) for op in ops for b in range(max_operand + 1)]
+    twins: dict[tuple, list[tuple[int, str, int]]] = {}
+    for a in range(max_operand + 1):
+        for op in ops:
+            for b in range(max_operand + 1):
+                twins.setdefault(_question_key(a, op, b), []).append((a, op, b))
+    keys = list(twins)
     rng = random.Random(seed)
-    rng.shuffle(questions)
-    if n_test >= len(questions):
-        raise DataError(f"n_test={n_test} leaves no training question out of {len(questions)}; raise "
-                        "max_operand or add operators.")
-    test, pool = questions[:n_test], questions[n_test:]
+    rng.shuffle(keys)
+    if n_test >= len(keys):
+        raise DataError(f"n_test={n_test} leaves no training question out of {len(keys)} (commuted twins count as "
+                        "one); raise max_operand or add operators.")
+    test = [rng.choice(twins[key]) for key in keys[:n_test]]
+    pool = [q for key in keys[n_test:] for q in twins[key]]
 
     def rows(items: Iterable[tuple[int, str, int]]) -> dict:
         items = list(items)
@@ -58,6 +69,11 @@ def arithmetic_task(*, n_train: int = 2000, n_test: int = N_TEST, max_operand: i
 
     return DatasetDict(train=Dataset.from_dict(rows(rng.choice(pool) for _ in range(n_train))),
                        test=Dataset.from_dict(rows(test)))
+
+
+def _question_key(a: int, op: str, b: int) -> tuple:
+    """One key for a question and its commuted twin (3 + 4 and 4 + 3), which a model answers alike."""
+    return (min(a, b), op, max(a, b)) if op in ("+", "*") else (a, op, b)
 
 
 def gold_answer(solution: str) -> str:
@@ -81,40 +97,164 @@ def load_gsm8k(path_or_id: str = "openai/gsm8k", split: str = "train", *,
 
 
 def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str | None = None,
-               system_prompt: str | None = None, split: str = "train") -> Dataset:
-    """Any local jsonl/json/csv/parquet. `prompt_column` (text or chat messages) becomes `prompt`;
-    `answer_column`, if given, becomes `answer`: a string, or a list of accepted strings. Other
-    columns are kept for rewards to read."""
-    raw = _read(path, split)
-    if len(raw) == 0:
+               system_prompt: str | None = None, split: str = "train", encoding: str = "utf-8") -> Dataset:
+    """Any local jsonl/json/csv/parquet. `prompt_column` (a text, or a conversation: a list of
+    role/content messages, TRL's conversational format) becomes `prompt`; `answer_column`, if given,
+    becomes `answer`: a string, or a list of accepted strings. `system_prompt` goes before every prompt
+    that has no system message of its own. Answers drawn from a few repeated labels (a classification
+    task) also give a `labels` column, so that a reply naming two labels is not counted right. Other
+    columns are kept for rewards to read. A row with no prompt or answer is refused, naming its line:
+    an answer scored as the text 'None' would train and count a wrong target in silence."""
+    records = _records(path, split, encoding)
+    if not records:
         raise DataError(f"'{path}' has no rows. Each line (row) needs a '{prompt_column}' and, for accuracy and "
                         f"the answer reward, an '{answer_column or 'answer'}'.")
+    columns = list(dict.fromkeys(c for _, r in records for c in r))
     for col in filter(None, (prompt_column, answer_column)):
-        if col not in raw.column_names:
-            raise DataError(f"'{path}' has no column '{col}'. Its columns: {raw.column_names}. Map yours with "
+        if col not in columns:
+            raise DataError(f"'{path}' has no column '{col}'. Its columns: {columns}. Map yours with "
                             "prompt_column=/answer_column= (--prompt-column/--answer-column on the command line).")
-
-    def convert(r: dict) -> dict:
-        p = r[prompt_column]
-        out = {"prompt": chat_prompt(p, system_prompt) if isinstance(p, str) else p}
+    rows = []
+    for where, r in records:
+        out = {c: v for c, v in r.items() if c not in (prompt_column, answer_column)}
+        out["prompt"] = _prompt(r.get(prompt_column), system_prompt, f"'{path}' {where}", prompt_column)
         if answer_column:
-            a = r[answer_column]
-            out["answer"] = [str(x) for x in a] if isinstance(a, (list, tuple)) else str(a)
-        return out
+            out["answer"] = _answer(r.get(answer_column), f"'{path}' {where}", answer_column)
+        rows.append(out)
+    if answer_column and any(isinstance(r["answer"], list) for r in rows):  # one kind per column: lists for all
+        for r in rows:
+            r["answer"] = r["answer"] if isinstance(r["answer"], list) else [r["answer"]]
+    labels = _label_set([r["answer"] for r in rows]) if answer_column else None
+    if labels:
+        for r in rows:
+            r["labels"] = labels
+    try:
+        return Dataset.from_list(rows)
+    except Exception as e:  # pyarrow: a column with several kinds of value
+        raise DataError(f"'{path}': {type(e).__name__}: {str(e)[:200]}. Every row needs the same kind of value in "
+                        "each column (a text, a number or a list), as the first rows have.") from e
 
-    drop = [c for c in (prompt_column, answer_column) if c and c not in ("prompt", "answer")]
-    return raw.map(convert, remove_columns=drop)
+
+def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict]]:
+    """The rows of a local file with where each came from ('line 31'), or of a hub dataset. Text files
+    are decoded strictly (a UTF-8 byte-order mark is dropped), so a file in another encoding or a broken
+    JSON line is refused with its line and the fix instead of a traceback from deep in a parser."""
+    path = Path(path_or_id).expanduser()
+    if not path.exists():
+        return [(f"row {i + 1}", dict(r)) for i, r in enumerate(_read(path_or_id, split))]
+    kind = _kind(path)
+    if kind == "parquet":
+        return [(f"row {i + 1}", dict(r)) for i, r in enumerate(_read(str(path), split))]
+    text = _decode(path, encoding)
+    if kind == "csv":
+        import csv
+
+        reader = csv.DictReader(text.splitlines())
+        return [(f"line {reader.line_num}", dict(r)) for r in reader if any((v or "").strip() for v in r.values())]
+    if kind == "json" and path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"'{path}' is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}. A .json file "
+                            "holds one list of rows ([{...}, {...}]); one row per line is a .jsonl file.") from e
+        if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):  # columns
+            data = [dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)]
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise DataError(f"'{path}' must hold a list of rows, each an object such as "
+                            '{"prompt": "...", "answer": "..."}.')
+        return [(f"row {i + 1}", r) for i, r in enumerate(data)]
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"'{path}' line {n} is not valid JSON ({e.msg}, column {e.colno}): "
+                            f"{line.strip()[:80]!r}. Each line of a .jsonl file is one object such as "
+                            '{"prompt": "...", "answer": "..."}.') from e
+        if not isinstance(row, dict):
+            raise DataError(f"'{path}' line {n} is a {type(row).__name__}, not an object such as "
+                            '{"prompt": "...", "answer": "..."}.')
+        out.append((f"line {n}", row))
+    return out
+
+
+def _kind(path: Path) -> str:
+    kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix.lower())
+    if kind is None or not path.is_file():
+        raise DataError(f"Cannot read '{path}': use a .jsonl, .json, .csv or .parquet file.")
+    if path.stat().st_size == 0:
+        raise DataError(f"'{path}' is empty. Each line (row) needs a prompt and an answer, e.g. "
+                        '{"prompt": "What is the opposite of hot?", "answer": "cold"}.')
+    return kind
+
+
+def _decode(path: Path, encoding: str) -> str:
+    raw = path.read_bytes()
+    codec = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    try:
+        return raw.decode(codec)
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise DataError(f"'{path}' line {line} is not {encoding}: byte 0x{raw[e.start]:02x} at offset {e.start}. "
+                        f"Save the file as UTF-8, or name its encoding (--encoding latin-1 on the command "
+                        "line, encoding= in Python).") from e
+    except LookupError as e:
+        raise DataError(f"Unknown encoding '{encoding}': use a name Python knows, such as utf-8 or latin-1.") from e
+
+
+def _prompt(value, system_prompt: str | None, where: str, column: str):
+    """A row's prompt in the form TRL takes: a text becomes a chat; a conversation is checked and kept."""
+    if isinstance(value, str) and value.strip():
+        return chat_prompt(value, system_prompt)
+    if isinstance(value, list) and value:
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                   for m in value):
+            raise DataError(f"{where}: the '{column}' conversation needs messages of the form "
+                            '{"role": "user", "content": "..."}.')
+        if value[-1]["role"] != "user":
+            raise DataError(f"{where}: the '{column}' conversation ends with a '{value[-1]['role']}' message; it must "
+                            "end with the user's turn, which the model answers.")
+        has_system = value[0]["role"] == "system"
+        return ([{"role": "system", "content": system_prompt}] if system_prompt and not has_system else []) + value
+    raise DataError(f"{where} has no '{column}' (it is {value!r}): give every row a prompt, or remove the row.")
+
+
+def _answer(value, where: str, column: str):
+    if isinstance(value, (list, tuple)):
+        accepted = [str(x).strip() for x in value if x is not None and str(x).strip()]
+        if accepted:
+            return accepted
+    elif value is not None and not isinstance(value, (dict, bool)) and str(value).strip():
+        return str(value).strip()
+    raise DataError(f"{where} has no usable '{column}' (it is {value!r}): give every row an answer (a text, a number "
+                    "or a list of accepted texts), or remove the row. It would otherwise be trained on as a wrong "
+                    "target and counted in accuracy.")
+
+
+LABEL_MAX = 10  # distinct text answers up to this many, each seen at least LABEL_MIN_COUNT times: a label set
+LABEL_MIN_COUNT = 3
+
+
+def _label_set(answers: list) -> list[str] | None:
+    """A classification task's labels (its few, repeated text answers), else None."""
+    if any(isinstance(a, list) for a in answers):
+        return None
+    counts = Counter(normalize_label(a) for a in answers)
+    if any(parse_number(a) is not None for a in counts) or not 2 <= len(counts) <= LABEL_MAX:
+        return None
+    return sorted(counts) if min(counts.values()) >= LABEL_MIN_COUNT else None
+
+
+def normalize_label(answer: str) -> str:
+    return " ".join(answer.lower().split())
 
 
 def _read(path_or_id: str, split: str, hub_config: str | None = None) -> Dataset:
     path = Path(path_or_id).expanduser()
     if path.exists():
-        kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
-        if kind is None:
-            raise DataError(f"Cannot read '{path}': use a .jsonl, .json, .csv or .parquet file.")
-        if path.stat().st_size == 0:
-            raise DataError(f"'{path}' is empty. Each line (row) needs a prompt and an answer, e.g. "
-                            '{"prompt": "What is the opposite of hot?", "answer": "cold"}.')
+        kind = _kind(path)
         try:
             return load_dataset(kind, data_files=str(path), split="train")
         except Exception as e:  # datasets raises several types for a malformed file

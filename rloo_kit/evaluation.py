@@ -9,11 +9,13 @@ switching the adapter off for the base.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from math import comb
 
 import pandas as pd
 import torch
+from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
 from .rewards import RewardFunc, extract_answer, is_correct
@@ -61,11 +63,12 @@ def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool 
 def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample: bool = False,
                  max_new_tokens: int = 64, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                  min_p: float | None = None, repetition_penalty: float = 1.0,
-                 batch_size: int = 32) -> list[list[list[int]]]:
+                 batch_size: int = 32, progress: Callable[[int, int], None] | None = None) -> list[list[list[int]]]:
     """Completion token ids, `samples` per prompt, each cut after its first end-of-sequence token
     (kept, as TRL counts it). Prompts in chat form get the model's chat template, as in training;
-    sampling settings are TRL's RLOOConfig fields of the same names."""
-    from transformers import GenerationConfig
+    sampling settings are TRL's RLOOConfig fields of the same names. `progress(token, max_new_tokens)`
+    is called as decoding goes, so a long generation can say how far it got."""
+    from transformers import GenerationConfig, StoppingCriteriaList
 
     texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
              for p in prompts]
@@ -83,7 +86,10 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
         for i in range(0, len(texts), batch_size):
             enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             enc = enc.to(model.device)
-            new = model.generate(**enc, generation_config=config)[:, enc["input_ids"].shape[1]:].tolist()
+            watch = StoppingCriteriaList([_Progress(progress, enc["input_ids"].shape[1], max_new_tokens)] if progress
+                                         else [])
+            new = model.generate(**enc, generation_config=config, stopping_criteria=watch)
+            new = new[:, enc["input_ids"].shape[1]:].tolist()
             out.extend([_cut(r, eos) for r in new[j:j + samples]] for j in range(0, len(new), samples))
     except torch.cuda.OutOfMemoryError as e:
         raise GPUOutOfMemoryError(f"CUDA ran out of memory generating {batch_size} prompts x {samples} samples x "
@@ -92,6 +98,17 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
         tokenizer.padding_side = side
         model.train(was_training)
     return out
+
+
+class _Progress(StoppingCriteria):
+    """A stopping criterion that never stops: it reports each decoded token to `report(token, total)`."""
+
+    def __init__(self, report: Callable[[int, int], None], prompt_length: int, total: int):
+        self.report, self.prompt_length, self.total = report, prompt_length, total
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        self.report(input_ids.shape[1] - self.prompt_length, self.total)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
@@ -130,7 +147,8 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
     rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat, **columns) for f in funcs}
     rows, correct_counts = [], []
     for i, (p, group) in enumerate(zip(prompts, texts, strict=True)):
-        ok = [is_correct(t, answers[i], match) for t in group] if answers else []
+        labels = dataset[i]["labels"] if "labels" in dataset.column_names else None
+        ok = [is_correct(t, answers[i], match, labels=labels) for t in group] if answers else []
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
             row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}

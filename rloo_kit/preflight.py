@@ -9,6 +9,7 @@ chat template and guarded, weighted rewards as `build_trainer` would use.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import statistics
@@ -25,16 +26,31 @@ from .data import validate_dataset
 from .errors import ConfigError
 from .evaluation import eos_token_ids, generate_ids
 from .presets import Preset, make_config, resolve_preset
-from .rewards import RewardFunc, describe, guard, is_correct, load_reward_model, required_columns, unusable
+from .rewards import (
+    RewardFunc,
+    brevity,
+    describe,
+    guard,
+    is_correct,
+    load_reward_model,
+    required_columns,
+    unusable,
+)
 from .tasks import Task
 
 PROBE_FACTOR = 4  # sample up to this many times the completion length, to see what an uncut answer needs
-PROBE_CAP = 128  # ... but no further than this many tokens (the length proposals stay within it)
+PROBE_CAP = 128  # ... but no further than this many tokens at first (the length proposals stay within it)
 SPREAD_EPS = 1e-8  # TRL's torch.isclose(std, 0) tolerance
-COLLAPSE_SHARE = 0.8  # prompts without spread above this share: reward_collapse
+COLLAPSE_SHARE = 0.85  # prompts without spread above this share: nothing to learn from (blocking)
+WEAK_SHARE = 0.6  # ... above this share: little to learn from (a warning)
 SOLVED_PASS_RATE = 0.95  # completions judged correct above this share: solved
 TRUNCATION_SHARE = 0.5  # completions cut above this share: truncation (the health monitor's threshold)
 UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
+FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
+BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
+PROGRESS_SECONDS = 10  # seconds between two progress lines while the pre-flight samples
+
+_log = logging.getLogger("rloo_kit")
 
 
 @dataclass(frozen=True)
@@ -70,81 +86,177 @@ class RewardStats:
 
 
 @dataclass
-class PreflightReport:
-    num_generations: int
+class Setup:
+    """One setup the pre-flight judged (a completion length and the rewards), and what its samples gave.
+
+    The same draw serves every setup: a completion sampled to the probe length and cut at L tokens is
+    distributed exactly as one sampled to L tokens."""
+
     max_completion_length: int
-    temperature: float
-    seconds: float
-    zero_spread_fraction: float  # share of prompts whose K completions got the same total reward
+    zero_spread_fraction: float  # share of prompts whose K completions got the same total reward (as TRL logs)
     truncation_rate: float  # share of completions cut at max_completion_length
     pass_rate: float | None
     prompts: list[PromptStats]
     rewards: list[RewardStats]
     correlations: dict[str, float]  # "a ~ b": Pearson correlation of two reward functions over samples
+    flat_fraction: float = 0.0  # share of prompts that cannot teach: same total reward, or all K answers alike
+    cut_without_spread: float = 0.0  # share of those flat prompts whose K completions were all cut
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.blocking for p in self.problems)
+
+    def headline(self) -> str:
+        """'at 16 tokens: 84% without spread, 84% cut -> cannot learn'"""
+        right = f", {self.pass_rate:.0%} right" if self.pass_rate is not None else ""
+        return (f"at {self.max_completion_length} tokens: {self.flat_fraction:.0%} of prompts without spread, "
+                f"{self.truncation_rate:.0%} of completions cut{right} -> "
+                + ("can learn" if self.ok else "cannot learn"))
+
+
+@dataclass
+class PreflightReport:
+    """What the pre-flight measured. `ok`, `problems` and the figures read at the top level describe the
+    run that will be trained (`trained`): the setup as asked, or, for a task that leaves its completion
+    length open, the one `fit_task` makes of it (`fitted`, with `adjustments` saying what changed)."""
+
+    num_generations: int
+    temperature: float
+    seconds: float
+    asked: Setup  # the setup as given: its completion length and rewards
     finished_within_probe: float  # share of completions that ended (EOS) within probe_length tokens
     probe_length: int
     needed_lengths: dict[str, int]  # p50 / p90 / max tokens of the completions that ended
     suggested_max_completion_length: int
-    problems: list[Problem]
+    proposed: Setup | None = None  # the setup with a longer length and/or brevity, where the probe saw one help
+    applies: bool = False  # True: fit_task trains `proposed` (a task that leaves its length open)
+    adjustments: list[str] = field(default_factory=list)  # what `proposed` changes, in words
+    brevity_max_chars: int | None = None  # the brevity reward `proposed` adds (None: none)
+    widened_from: int | None = None  # the first probe length, when its samples were mostly cut and it was widened
     lengths: list[int] = field(default_factory=list, repr=False)  # tokens of each sample up to probe_length
     examples: list[dict] = field(default_factory=list, repr=False)  # a few prompts with their K completions
 
     @property
+    def trained(self) -> Setup:
+        """The setup `fit_task` will train."""
+        return self.proposed if self.applies and self.proposed is not None else self.asked
+
+    @property
     def ok(self) -> bool:
-        """True when nothing blocks learning (warnings may stand)."""
-        return not any(p.blocking for p in self.problems)
+        """True when nothing blocks learning in the run that will be trained (warnings may stand)."""
+        return self.trained.ok
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.trained.problems
+
+    @property
+    def max_completion_length(self) -> int:
+        return self.trained.max_completion_length
+
+    @property
+    def zero_spread_fraction(self) -> float:
+        return self.trained.zero_spread_fraction
+
+    @property
+    def truncation_rate(self) -> float:
+        return self.trained.truncation_rate
+
+    @property
+    def flat_fraction(self) -> float:
+        return self.trained.flat_fraction
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.trained.pass_rate
+
+    @property
+    def prompts(self) -> list[PromptStats]:
+        return self.trained.prompts
+
+    @property
+    def rewards(self) -> list[RewardStats]:
+        return self.trained.rewards
+
+    @property
+    def correlations(self) -> dict[str, float]:
+        return self.trained.correlations
+
+    @property
+    def verdict(self) -> str:
+        return "can learn" if self.ok else "cannot learn as set up"
 
     def kinds(self) -> list[str]:
         return [p.kind for p in self.problems]
 
     def filter(self, dataset: Dataset) -> Dataset:
-        """The rows of `dataset` (the one the pre-flight sampled from) whose prompt showed reward spread,
-        i.e. whose K completions did not all get the same total reward. Only the sampled prompts can be
-        judged: run the pre-flight with n_prompts covering the rows you want to keep."""
+        """The rows of `dataset` (the one the pre-flight sampled from) whose prompt showed reward spread
+        in the setup that will be trained. Only the sampled prompts can be judged: run the pre-flight
+        with n_prompts covering the rows you want to keep."""
         keep = [p.index for p in self.prompts if p.spread > SPREAD_EPS]
         if keep and max(keep) >= len(dataset):
             raise ValueError("filter() takes the dataset the pre-flight sampled from; this one is shorter.")
         return dataset.select(keep)
 
     def to_dict(self) -> dict:
+        """Everything measured, with the trained setup's figures at the top level (metrics.json's keys)."""
         out = asdict(self)
-        out["ok"] = self.ok
+        trained = asdict(self.trained)
+        out.update({k: trained[k] for k in ("max_completion_length", "zero_spread_fraction", "flat_fraction",
+                                             "truncation_rate", "pass_rate", "prompts", "rewards", "correlations")})
+        out.update(ok=self.ok, verdict=self.verdict, problems=[asdict(p) for p in self.problems], kinds=self.kinds())
         return out
 
     def __str__(self) -> str:
-        lines = [f"pre-flight: {len(self.prompts)} prompts x {self.num_generations} completions, up to "
-                 f"{self.max_completion_length} tokens, temperature {self.temperature:g} ({self.seconds:.0f} s)",
-                 f"  prompts without reward spread: {self.zero_spread_fraction:.0%} (what training logs as "
-                 f"frac_task_reward_zero_std)",
-                 f"  completions cut at {self.max_completion_length} tokens: {self.truncation_rate:.0%}; those that "
-                 f"end need {self.needed_lengths.get('p50', 0)} tokens (median), {self.needed_lengths.get('p90', 0)} "
-                 f"(90%) -> suggested max_completion_length {self.suggested_max_completion_length}"]
-        if self.pass_rate is not None:
-            lines.append(f"  completions already correct: {self.pass_rate:.0%}")
-        for r in self.rewards:
-            extra = f", unscored {r.unscored:.0%} ({describe(Counter(r.causes))})" if r.unscored else ""
-            lines.append(f"  reward {r.name}: mean {r.mean:.3f}, std {r.std:.3f}{extra}")
+        a = self.asked
+        probe = (f"sampled to {self.probe_length} tokens" + (f" (widened from {self.widened_from}: most samples "
+                                                             "were still cut there)" if self.widened_from else ""))
+        lines = [f"pre-flight: {len(a.prompts)} prompts x {self.num_generations} completions, {probe}, temperature "
+                 f"{self.temperature:g} ({self.seconds:.0f} s)",
+                 f"  those that end need {self.needed_lengths.get('p50', 0)} tokens (median), "
+                 f"{self.needed_lengths.get('p90', 0)} (90%); {self.finished_within_probe:.0%} end within "
+                 f"{self.probe_length}"]
+        for name, setup in self._setups():
+            lines.append(f"  {name} {setup.headline()}")
+            if setup is self.trained:
+                lines += [f"    reward {r.name}: mean {r.mean:.3f}, std {r.std:.3f}"
+                          + (f", unscored {r.unscored:.0%} ({describe(Counter(r.causes))})" if r.unscored else "")
+                          for r in setup.rewards]
         lines += [str(p) for p in self.problems] or ["  no problem found"]
-        lines.append("  verdict: " + ("can learn" if self.ok else "cannot learn as set up"))
+        lines.append("  verdict: " + self.verdict + (" (with the changes above)" if self.trained is not a else ""))
         return "\n".join(lines)
+
+    def _setups(self) -> list[tuple[str, Setup]]:
+        if self.proposed is None:
+            return [("as set up:", self.asked)]
+        changed = "; ".join(self.adjustments)
+        return [("as asked:", self.asked),
+                (("the kit trains" if self.applies else "would be, with the fix") + f" ({changed}):", self.proposed)]
 
 
 def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None,
               *, preset: str | Preset | None = None, num_generations: int | None = None,
               max_completion_length: int | None = None, temperature: float | None = None,
               reward_weights: Sequence[float] | None = None, n_prompts: int = 32, seed: int = 0,
-              match: str | None = None, probe_length: int | None = None) -> PreflightReport:
+              match: str | None = None, probe_length: int | None = None, progress: bool = True) -> PreflightReport:
     """Sample K completions of `n_prompts` prompts from the model as it is, score them as training
-    would, and report spread, truncation, unscored rewards and the problems they predict.
+    would, and report spread, truncation, unscored rewards and the problems they predict, for the
+    setup as given and for the one the kit would train instead.
 
     Settings left None are taken as `build_trainer` takes them: from the task (a `Task` given as
     `dataset` brings its rewards, weights, answer matching and completion length), then the preset
     (the hardware's when None). Completions are sampled up to `probe_length` tokens (default
-    min(PROBE_FACTOR x length, PROBE_CAP), at least the length) and scored as cut at the completion
-    length: the first tokens of a longer sample are distributed exactly as a shorter sample, so the
-    same draw tells both what training sees and how long an uncut answer would be.
+    min(PROBE_FACTOR x length, PROBE_CAP), at least the length; widened once, up to half the preset's
+    sequence length, when most samples are still cut there) and scored as cut at each length judged.
+    A task that leaves its completion length open (a file task) is judged at the length and rewards
+    `fit_task` will give it; a fixed length is judged as it is, with the fix's figures beside it.
     """
     start = time.time()
+    if n_prompts < 1:
+        raise ConfigError(f"n_prompts={n_prompts}: the pre-flight needs at least one prompt to sample (skip it "
+                          "instead: --preflight-prompts 0 on the command line).")
+    open_length = isinstance(dataset, Task) and dataset.max_completion_length is None and max_completion_length is None
     if isinstance(dataset, Task):
         task = dataset
         dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
@@ -156,6 +268,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
                                        temperature=temperature).items() if v is not None}
     config = make_config(preset, output_dir="runs/preflight", save_strategy="no", **overrides)
     k, length = config.num_generations, config.max_completion_length
+    limit = max(length, preset.max_seq_length // 2)  # the longest completion length a proposal may reach
     probe = max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
     funcs = [load_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
              for f in guard(reward_funcs or [], patience=10**9)]
@@ -166,53 +279,121 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
 
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
-    prompts = list(picked["prompt"])
-    ids = generate_ids(model, tokenizer, prompts, samples=k, do_sample=True, max_new_tokens=probe,
-                       temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or None,
-                       min_p=config.min_p, repetition_penalty=config.repetition_penalty)
-    seen = [[seq[:length] for seq in group] for group in ids]  # what training would have sampled
-    texts = [tokenizer.decode(seq, skip_special_tokens=True) for group in seen for seq in group]
-    completions = [[{"role": "assistant", "content": t}] if not isinstance(prompts[0], str) else t for t in texts]
-    eos = eos_token_ids(model, tokenizer)
-    cut = [not (seq and seq[-1] in eos) for group in seen for seq in group]
-    ended = [len(seq) for group in ids for seq in group if seq and seq[-1] in eos]
-
-    columns = {c: [v for v in picked[c] for _ in range(k)] for c in picked.column_names if c != "prompt"}
-    flat_prompts = [p for p in prompts for _ in range(k)]
-    scores, causes = _score(funcs, flat_prompts, completions, ids, columns)
-    totals = _totals(scores, weights)
-    answers = columns.get("answer")
-    correct = [is_correct(t, a, match or "final") for t, a in zip(texts, answers, strict=True)] if answers else None
-
-    per_prompt = []
-    for i, row in enumerate(rows):
-        group = slice(i * k, (i + 1) * k)
-        per_prompt.append(PromptStats(
-            row, _prompt_text(prompts[i]), float(np.mean(totals[group])), float(np.std(totals[group], ddof=1)),
-            float(np.mean(correct[group])) if correct else None, float(np.mean(cut[group]))))
-    reward_stats = [RewardStats(_name(f), _nanstat(np.nanmean, s), _nanstat(np.nanstd, s),
-                                float(np.mean(np.isnan(s))), dict(c)) for f, s, c in zip(funcs, scores, causes,
-                                                                                           strict=True)]
-    needed = _needed(ended)
-    suggestion = _suggest(ended, len(cut), probe, length)
+    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress)
+    ids, widened_from = sample(probe), None
+    if _ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit:
+        widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
+        _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; sampling again to {probe}")
+        ids = sample(probe)
+    judge = _Judge(tokenizer, sample, ids, picked, rows, match or "final")
+    ended = [len(seq) for group in ids for seq in group if seq and seq[-1] in sample.eos]
+    asked = judge(length, funcs, weights)
+    suggestion = _suggest(ended, k * len(rows), probe, length)
     report = PreflightReport(
-        num_generations=k, max_completion_length=length, temperature=config.temperature, seconds=0.0,
-        zero_spread_fraction=float(np.mean([p.spread <= SPREAD_EPS for p in per_prompt])),
-        truncation_rate=float(np.mean(cut)), pass_rate=float(np.mean(correct)) if correct else None,
-        prompts=per_prompt, rewards=reward_stats, correlations=_correlations(funcs, scores),
-        finished_within_probe=len(ended) / max(1, len(cut)), probe_length=probe, needed_lengths=needed,
-        suggested_max_completion_length=suggestion, problems=[], lengths=[len(s) for g in ids for s in g],
-        examples=[{"prompt": per_prompt[i].prompt, "completions": texts[i * k:(i + 1) * k],
-                   "rewards": totals[i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
-    report.problems = diagnose(report)
+        num_generations=k, temperature=config.temperature, seconds=0.0, asked=asked,
+        finished_within_probe=len(ended) / max(1, k * len(rows)), probe_length=probe, needed_lengths=_needed(ended),
+        suggested_max_completion_length=suggestion, widened_from=widened_from,
+        lengths=[len(s) for g in ids for s in g],
+        examples=[{"prompt": asked.prompts[i].prompt, "completions": judge.texts(length)[i * k:(i + 1) * k],
+                   "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
+    longer = min(suggestion, limit)
+    add_brevity = asked.truncation_rate >= TRUNCATION_SHARE and "brevity" not in {_name(f) for f in funcs}
+    if asked.truncation_rate > FIT_CUT_SHARE and longer > length or add_brevity:
+        report.proposed, report.applies = judge(max(longer, length), funcs, weights), open_length
+        report.adjustments = ([f"completion length {length} -> {longer}"] if longer > length else [])
+        if add_brevity:
+            report.brevity_max_chars = _brevity_chars(dataset)
+            report.proposed = judge(report.proposed.max_completion_length,
+                                    [*funcs, *guard([brevity(max_chars=report.brevity_max_chars)])],
+                                    [*weights, BREVITY_WEIGHT])
+            report.adjustments.append(f"+ brevity reward (weight {BREVITY_WEIGHT:g})")
+    for setup in filter(None, (asked, report.proposed)):
+        setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
     return report
 
 
-def diagnose(report: PreflightReport) -> list[Problem]:
-    """The problems the measured numbers predict, each with its fix in this run's own numbers."""
+class _Sampler:
+    """Draws K completions of every prompt in one batch (a CPU decodes a big batch for little more than a
+    small one), saying every PROGRESS_SECONDS how far it got."""
+
+    def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool):
+        self.model, self.tokenizer, self.prompts, self.k, self.config, self.progress = (
+            model, tokenizer, prompts, k, config, progress)
+        self.eos = eos_token_ids(model, tokenizer)
+
+    def __call__(self, probe: int) -> list[list[list[int]]]:
+        c, start, said = self.config, time.time(), [time.time()]
+
+        def report(token: int, total: int) -> None:
+            if time.time() - said[0] >= PROGRESS_SECONDS:
+                said[0] = time.time()
+                _log.info(f"pre-flight: {len(self.prompts)} prompts x {self.k} completions, token {token}/{total} "
+                          f"({said[0] - start:.0f} s)")
+
+        return generate_ids(self.model, self.tokenizer, self.prompts, samples=self.k, do_sample=True,
+                            max_new_tokens=probe, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k or None,
+                            min_p=c.min_p, repetition_penalty=c.repetition_penalty, batch_size=len(self.prompts),
+                            progress=report if self.progress else None)
+
+
+class _Judge:
+    """Scores the one draw as cut at a given completion length, with given rewards: one `Setup`."""
+
+    def __init__(self, tokenizer, sampler: _Sampler, ids: list, picked: Dataset, rows: list[int], match: str):
+        self.tokenizer, self.eos, self.ids, self.rows, self.match, self.k = (
+            tokenizer, sampler.eos, ids, rows, match, sampler.k)
+        self.prompts = sampler.prompts
+        self.columns = {c: [v for v in picked[c] for _ in range(self.k)] for c in picked.column_names if c != "prompt"}
+        self.totals: dict[int, np.ndarray] = {}
+        self._texts: dict[int, list[str]] = {}
+
+    def texts(self, length: int) -> list[str]:
+        if length not in self._texts:
+            self._texts[length] = [self.tokenizer.decode(seq[:length], skip_special_tokens=True)
+                                   for group in self.ids for seq in group]
+        return self._texts[length]
+
+    def __call__(self, length: int, funcs: list, weights: list[float]) -> Setup:
+        k, texts = self.k, self.texts(length)
+        seen = [seq[:length] for group in self.ids for seq in group]
+        completions = [[{"role": "assistant", "content": t}] if not isinstance(self.prompts[0], str) else t
+                       for t in texts]
+        cut = [not (seq and seq[-1] in self.eos) for seq in seen]
+        flat_prompts = [p for p in self.prompts for _ in range(k)]
+        scores, causes = _score(funcs, flat_prompts, completions, seen, self.columns)
+        totals = self.totals[length] = _totals(scores, weights)
+        answers = self.columns.get("answer")
+        labels = self.columns.get("labels")
+        correct = ([is_correct(t, a, self.match, labels=labels[i] if labels else None)
+                    for i, (t, a) in enumerate(zip(texts, answers, strict=True))] if answers else None)
+        per_prompt = []
+        for i, row in enumerate(self.rows):
+            group = slice(i * k, (i + 1) * k)
+            per_prompt.append(PromptStats(
+                row, _prompt_text(self.prompts[i]), float(np.mean(totals[group])), float(np.std(totals[group], ddof=1)),
+                float(np.mean(correct[group])) if correct else None, float(np.mean(cut[group]))))
+        flat = [p for p in per_prompt if p.spread <= SPREAD_EPS or p.pass_rate in (0.0, 1.0)]
+        return Setup(
+            max_completion_length=length, flat_fraction=len(flat) / len(per_prompt),
+            zero_spread_fraction=float(np.mean([p.spread <= SPREAD_EPS for p in per_prompt])),
+            truncation_rate=float(np.mean(cut)), pass_rate=float(np.mean(correct)) if correct else None,
+            prompts=per_prompt, correlations=_correlations(funcs, scores),
+            rewards=[RewardStats(_name(f), _nanstat(np.nanmean, s), _nanstat(np.nanstd, s), float(np.mean(np.isnan(s))),
+                                 dict(c)) for f, s, c in zip(funcs, scores, causes, strict=True)],
+            cut_without_spread=float(np.mean([p.truncated >= 1.0 for p in flat])) if flat else 0.0)
+
+
+def _ended_share(ids: list, eos: set[int]) -> float:
+    seqs = [seq for group in ids for seq in group]
+    return sum(bool(seq) and seq[-1] in eos for seq in seqs) / max(1, len(seqs))
+
+
+def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
+    """The problems one setup's numbers predict, each with its cause named and its fix in this run's own
+    numbers; a fix never proposes what the setup already uses."""
     problems = []
-    for r in report.rewards:
+    for r in setup.rewards:
         if r.unscored > UNSCORED_SHARE:
             nothing = r.unscored >= 1.0
             problems.append(Problem(
@@ -222,31 +403,62 @@ def diagnose(report: PreflightReport) -> list[Problem]:
                 "the examples in report.examples" + ("; a hub id string must name a reward model you can load: "
                                                     "rewards.reward_model(model, tokenizer)" if nothing else ""),
                 blocking=nothing))
-    g, temp = report.num_generations, report.temperature
-    if report.pass_rate is not None and report.pass_rate >= SOLVED_PASS_RATE:
+    g, temp, length = report.num_generations, report.temperature, setup.max_completion_length
+    names = {r.name for r in setup.rewards}
+    if setup.pass_rate is not None and setup.pass_rate >= SOLVED_PASS_RATE:
         problems.append(Problem(
-            "solved", f"The model already answers {report.pass_rate:.0%} of the sampled completions right: there is "
-            "almost nothing left for RLOO to teach on these prompts.",
+            "solved", f"The model already answers {setup.pass_rate:.0%} of the sampled completions right at {length} "
+            "tokens: there is almost nothing left for RLOO to teach on these prompts.",
             "use harder prompts (or filter out the solved ones with report.filter), or evaluate instead of training.",
             blocking=True))
-    elif report.zero_spread_fraction >= COLLAPSE_SHARE:
-        why = (f"only {report.pass_rate:.0%} of completions are right" if report.pass_rate is not None
-               else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in report.rewards)}")
+    elif setup.flat_fraction >= WEAK_SHARE:
+        blocking = setup.flat_fraction >= COLLAPSE_SHARE
+        alike = "got the same reward" + (" or the same verdict on their answer" if setup.pass_rate is not None else "")
+        flat = f"{setup.flat_fraction:.0%} of prompts {alike} for all {g} completions"
+        if setup.cut_without_spread >= 0.5:  # the answers are cut, not wrong: the fix is length
+            problems.append(Problem(
+                "truncation", f"{flat} at {length} tokens, because their completions are cut before the answer "
+                f"({setup.truncation_rate:.0%} of all completions are).", _length_fix(report, length, names),
+                blocking=blocking))
+        else:
+            probed = (f"; at {report.probe_length} tokens, {report.proposed.pass_rate:.0%}" if report.proposed
+                      and report.proposed is not setup and report.proposed.pass_rate is not None else "")
+            why = (f"only {setup.pass_rate:.0%} of completions are right{probed}, and {setup.truncation_rate:.0%} are "
+                   "cut: they are wrong, not cut" if setup.pass_rate is not None
+                   else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}")
+            fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
+            if "correct_answer" not in names or "exact_answer" in names:
+                fixes.append("give partial credit (rewards.correct_answer rather than an all-or-nothing match)")
+            if "brevity" not in names:
+                fixes.append("add rewards.brevity() with a small weight so that right answers differ too")
+            fixes += ["try a bigger model", f"raise num_generations {g} -> {2 * g} and temperature {temp:g} -> "
+                      f"{min(temp + 0.3, 1.5):g}"]
+            problems.append(Problem(
+                "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
+                + ("learn nothing from them." if blocking else "learn slowly, from the few that differ."),
+                "; ".join(fixes) + ".", blocking=blocking))
+    if setup.truncation_rate >= TRUNCATION_SHARE and "truncation" not in [p.kind for p in problems]:
         problems.append(Problem(
-            "reward_collapse", f"{report.zero_spread_fraction:.0%} of prompts got the same reward for all {g} "
-            f"completions ({why}): their leave-one-out advantage is zero, so training would learn nothing from them.",
-            f"give partial credit (e.g. rewards.correct_answer instead of an all-or-nothing match, or add "
-            f"rewards.brevity() with a small weight), make the prompts easier, or raise num_generations {g} -> {2 * g} "
-            f"and temperature {temp:g} -> {min(temp + 0.3, 1.5):g}.", blocking=True))
-    if report.truncation_rate >= TRUNCATION_SHARE:
-        problems.append(Problem(
-            "truncation", f"{report.truncation_rate:.0%} of completions are cut at max_completion_length="
-            f"{report.max_completion_length}; those that end need {report.needed_lengths.get('p90', 0)} tokens "
-            f"(90th percentile), and {report.finished_within_probe:.0%} end within {report.probe_length}.",
-            f"raise max_completion_length {report.max_completion_length} -> "
-            f"{report.suggested_max_completion_length}, ask for a short answer in the prompt, or add "
-            "rloo_kit.rewards.brevity() with a small weight.", blocking=False))
+            "truncation", f"{setup.truncation_rate:.0%} of completions are cut at max_completion_length={length}; "
+            f"those that end need {report.needed_lengths.get('p90', 0)} tokens (90th percentile), and "
+            f"{report.finished_within_probe:.0%} end within {report.probe_length}.",
+            _length_fix(report, length, names), blocking=False))
     return problems
+
+
+def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
+    """Longer completions where the probe saw answers end there, else a shorter answer; and, where the
+    probe itself cannot tell how long an answer needs, a plain statement of that."""
+    longer = min(report.suggested_max_completion_length, max(length, report.probe_length))
+    fixes = ([f"raise max_completion_length {length} -> {longer} (for a file task the kit does)"]
+             if longer > length else [])
+    fixes.append("ask for a short answer in the prompt")
+    if "brevity" not in names:
+        fixes.append("add rloo_kit.rewards.brevity() with a small weight")
+    undecided = (f" The pre-flight cannot tell how long an answer needs: {1 - report.finished_within_probe:.0%} of "
+                 f"its samples are still cut at {report.probe_length} tokens, the longest it probes."
+                 if report.finished_within_probe < 1 - TRUNCATION_SHARE else "")
+    return ", ".join(fixes) + "." + undecided
 
 
 def _score(funcs: list, prompts: list, completions: list, ids: list, columns: dict) -> tuple[list, list]:
@@ -310,30 +522,25 @@ def _prompt_text(prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
-def fit_task(task: Task, report: PreflightReport, preset: str | Preset | None = None) -> tuple[Task, list[str]]:
-    """A task's own defaults from what the pre-flight measured, and why, for a task that leaves its
-    completion length open (a file task; the arithmetic task fixes its own). When more than a fifth of
-    the completions are cut, the length training and evaluation share becomes the suggested one (within
-    half the preset's sequence length), else the pre-flight's; when most are cut (the model rambles),
-    the brevity reward that made the demo learn joins with weight 0.2, sized to the answers."""
-    from .rewards import brevity
+def _brevity_chars(dataset: Dataset) -> int:
+    """The brevity reward's scale: room for four times the longest answer, at least 40 characters."""
+    answers = dataset["answer"][:200] if "answer" in dataset.column_names else []
+    longest = max((len(str(x)) for a in answers for x in (a if isinstance(a, list) else [a])), default=10)
+    return max(40, 4 * longest)
 
+
+def fit_task(task: Task, report: PreflightReport) -> tuple[Task, list[str]]:
+    """The task the pre-flight judged as the one to train: for a task that leaves its completion length
+    open (a file task; the arithmetic task fixes its own), the length and brevity reward of
+    `report.trained`, with the reasons in words. A task with its own length is returned as it is."""
     if task.max_completion_length is not None:
         return task, []
-    notes = []
-    limit = resolve_preset(preset).max_seq_length // 2
-    if report.truncation_rate > 0.2 and report.suggested_max_completion_length > report.max_completion_length:
-        length = min(report.suggested_max_completion_length, limit)
-        task = task.replace(max_completion_length=length)
-        notes.append(f"completion length {report.max_completion_length} -> {length}: {report.truncation_rate:.0%} "
-                     f"of completions were cut; 90% of those that end need {report.needed_lengths.get('p90')} tokens")
-    else:
-        task = task.replace(max_completion_length=report.max_completion_length)
-    names = {_name(f) for f in task.reward_funcs}
-    if report.truncation_rate >= TRUNCATION_SHARE and "brevity" not in names:
-        answers = [a for a in task.train["answer"][:200]] if "answer" in task.train.column_names else []
-        longest = max((len(str(x)) for a in answers for x in (a if isinstance(a, list) else [a])), default=10)
-        task = task.with_reward(brevity(max_chars=max(40, 4 * longest)), 0.2)
-        notes.append(f"+ brevity reward (weight 0.2): {report.truncation_rate:.0%} of completions ran past "
-                     f"{report.max_completion_length} tokens, so shorter answers are paid a little")
-    return task, notes
+    task = task.replace(max_completion_length=report.max_completion_length)
+    if not (report.applies and report.proposed is not None):
+        return task, []
+    if report.brevity_max_chars is not None:
+        task = task.with_reward(brevity(max_chars=report.brevity_max_chars), BREVITY_WEIGHT)
+    asked = report.asked
+    return task, [f"{change}: at {asked.max_completion_length} tokens {asked.truncation_rate:.0%} of completions were "
+                  f"cut; 90% of those that end need {report.needed_lengths.get('p90')} tokens"
+                  for change in report.adjustments]

@@ -97,10 +97,16 @@ def accepted_answers(gold) -> list[str]:
 def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
     """1.0 when the completion's final answer matches the `answer` column (see `is_correct`), else 0.0.
 
+    A `labels` column (a classification task's label set, see data.load_local) makes a reply that names
+    another label beside the right one wrong.
+
     >>> correct_answer(["q", "q"], ["So 3 + 4 = 7.", "The opposite of hot is Cold."], answer=["7", "cold"])
     [1.0, 1.0]
+    >>> correct_answer(["q"], ["Not positive: negative."], answer=["negative"], labels=[["positive", "negative"]])
+    [0.0]
     """
-    return [float(is_correct(c, a)) for c, a in zip(completions, answer, strict=True)]
+    labels = kwargs.get("labels") or [None] * len(completions)
+    return [float(is_correct(c, a, labels=ls)) for c, a, ls in zip(completions, answer, labels, strict=True)]
 
 
 def exact_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
@@ -114,7 +120,7 @@ def exact_answer(prompts: list, completions: list, answer: list, **kwargs) -> li
     return [float(is_correct(c, a, match="exact")) for c, a in zip(completions, answer, strict=True)]
 
 
-def is_correct(completion, gold, match: str = "final") -> bool:
+def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | None = None) -> bool:
     """One completion against its gold answer (a string, or a list of accepted strings).
 
     Numbers (gold parses as one): match="final" compares the final number of the reply (see
@@ -123,11 +129,17 @@ def is_correct(completion, gold, match: str = "final") -> bool:
     words, in the reply's explicit answer ('answer: ...', '<answer>', '####', boxed) or else in its
     last sentence: 'The opposite of hot is cold.' is right for 'cold'.
     match="exact" wants the reply to be the answer alone, in both cases.
+    labels: a classification task's label set; with match="final" a reply that also names a label other
+    than the accepted ones ('positive, not negative') is wrong, as a hedge is no answer.
     """
     if match not in ("final", "exact"):
         raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
     text = completion_text(completion)
-    return any(_matches(text, g, match) for g in accepted_answers(gold))
+    accepted = accepted_answers(gold)
+    if not any(_matches(text, g, match) for g in accepted):
+        return False
+    others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
+    return match == "exact" or not any(_matches(text, lab, match) for lab in others)
 
 
 def _matches(text: str, gold: str, match: str) -> bool:
@@ -178,15 +190,21 @@ def brevity(max_chars: int = 40) -> RewardFunc:
     return brevity_reward
 
 
-def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_model") -> RewardFunc:
-    """Score prompt + completion with a sequence-classification model (its first logit)."""
+def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_model",
+                 text: Callable[..., str] | None = None, max_length: int | None = None) -> RewardFunc:
+    """Score prompt + completion with a sequence-classification model (its first logit). `text(tokenizer,
+    prompt, completion)` builds what the model reads (default: the chat template for chat prompts, the two
+    texts joined otherwise); `max_length` cuts it as the model was trained (see reward_models.pair_text)."""
     import torch
 
+    as_text = text or _as_text
+    cut = {"max_length": max_length} if max_length else {}
+
     def score(prompts: list, completions: list, **kwargs) -> list[float]:
-        texts = [_as_text(tokenizer, p, c) for p, c in zip(prompts, completions, strict=True)]
+        texts = [as_text(tokenizer, p, c) for p, c in zip(prompts, completions, strict=True)]
         out: list[float] = []
         for i in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True)
+            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True, **cut)
             with torch.inference_mode():
                 logits = model(**enc.to(model.device)).logits
             out.extend(logits[:, 0].float().tolist())
@@ -393,3 +411,55 @@ def _check_length(name: str, values, n: int) -> list:
 
 def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and math.isfinite(v)
+
+
+def from_file(spec: str) -> tuple[RewardFunc, float]:
+    """A reward function from a local Python file, as the command line names it: 'PATH.py:NAME' or
+    'PATH.py:NAME:WEIGHT' (weight 1.0 by default). Only a file on this machine is read: never a URL or
+    a hub id, since the file runs as code."""
+    import importlib.util
+    from pathlib import Path
+
+    parsed = re.fullmatch(r"(?P<path>.+\.py):(?P<name>[A-Za-z_]\w*)(?::(?P<weight>[^:]+))?", spec)
+    if parsed is None:
+        raise RewardError(f"--reward '{spec}': write it as PATH.py:FUNCTION or PATH.py:FUNCTION:WEIGHT, e.g. "
+                          "my_rewards.py:has_units:0.5.")
+    path, name, weight = Path(parsed["path"]).expanduser(), parsed["name"], parsed["weight"] or "1"
+    if "://" in parsed["path"] or not path.is_file():
+        raise RewardError(f"--reward '{spec}': '{parsed['path']}' is not a file on this machine. Rewards are read "
+                          "from local .py files only.")
+    try:
+        value = float(weight)
+    except ValueError:
+        raise RewardError(f"--reward '{spec}': the weight '{weight}' is not a number.") from None
+    module_spec = importlib.util.spec_from_file_location(f"rloo_kit_user_rewards.{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise RewardError(f"--reward '{spec}': importing {path} raised {type(e).__name__}: {e}") from e
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise RewardError(f"--reward '{spec}': {path} has no function '{name}'. It has: {', '.join(found) or 'none'}.")
+    return fn, value
+
+
+def check_on_rows(fn: RewardFunc, rows: list[dict], name: str | None = None) -> None:
+    """Call a reward on a few dataset rows, their answers standing in for completions, and refuse it in
+    words if it breaks TRL's contract: a crash, or not one number (or None) per completion."""
+    name = name or getattr(fn, "__name__", "reward")
+    prompts = [r["prompt"] for r in rows]
+    completions = [str(accepted_answers(r.get("answer", ""))[0]) for r in rows]
+    columns = {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}
+    try:
+        values = fn(prompts=prompts, completions=completions, completion_ids=[[0]] * len(rows), **columns)
+    except Exception as e:
+        raise RewardError(f"Reward '{name}' raised {type(e).__name__}: {e} when tried on {len(rows)} rows of the task "
+                          "(their answers as completions). It is called as fn(prompts, completions, completion_ids, "
+                          "**columns) and returns one float (or None) per completion.") from e
+    _check_length(name, values, len(rows))
+    bad = [v for v in values if v is not None and not _is_number(v)]
+    if bad:
+        raise RewardError(f"Reward '{name}' returned {bad[0]!r} ({type(bad[0]).__name__}): return one float (or None) "
+                          "per completion.")

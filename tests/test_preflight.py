@@ -8,55 +8,108 @@ import pytest
 from datasets import Dataset
 
 import rloo_kit
-from rloo_kit.preflight import PreflightReport, PromptStats, RewardStats, _suggest, _totals, diagnose, fit_task
+from rloo_kit.preflight import PreflightReport, PromptStats, RewardStats, Setup, _suggest, _totals, diagnose, fit_task
 from rloo_kit.rewards import correct_answer, exact_answer
 
 from .helpers import length_reward
 
 
-def report(**changes) -> PreflightReport:
-    """A report with healthy numbers, changed where a test says."""
-    fields = dict(num_generations=4, max_completion_length=16, temperature=1.0, seconds=1.0,
-                  zero_spread_fraction=0.2, truncation_rate=0.1, pass_rate=0.4,
-                  prompts=[PromptStats(i, f"q{i}", 0.5, 0.3 if i % 2 else 0.0, 0.5, 0.0) for i in range(4)],
-                  rewards=[RewardStats("correct_answer", 0.4, 0.5, 0.0, {})], correlations={},
-                  finished_within_probe=0.9, probe_length=64, needed_lengths={"p50": 10, "p90": 30, "max": 60},
-                  suggested_max_completion_length=32, problems=[])
+SETUP_FIELDS = {"max_completion_length", "zero_spread_fraction", "flat_fraction", "truncation_rate", "pass_rate",
+                "prompts", "rewards", "correlations", "cut_without_spread"}
+
+
+def setup(**changes) -> Setup:
+    fields = dict(max_completion_length=16, zero_spread_fraction=0.2, flat_fraction=0.2, truncation_rate=0.1,
+                  pass_rate=0.4, prompts=[PromptStats(i, f"q{i}", 0.5, 0.3 if i % 2 else 0.0, 0.5, 0.0)
+                                          for i in range(4)],
+                  rewards=[RewardStats("correct_answer", 0.4, 0.5, 0.0, {})], correlations={})
     fields.update(changes)
-    r = PreflightReport(**fields)
-    r.problems = diagnose(r)
+    return Setup(**fields)
+
+
+def report(proposed: dict | None = None, applies: bool = False, **changes) -> PreflightReport:
+    """A report with healthy numbers, changed where a test says: setup fields go to the as-asked setup,
+    `proposed` (setup fields) makes the setup the kit proposes, `applies` makes it the one trained."""
+    fields = dict(num_generations=4, temperature=1.0, seconds=1.0, finished_within_probe=0.9, probe_length=64,
+                  needed_lengths={"p50": 10, "p90": 30, "max": 60}, suggested_max_completion_length=32)
+    fields.update({k: v for k, v in changes.items() if k not in SETUP_FIELDS})
+    r = PreflightReport(asked=setup(**{k: v for k, v in changes.items() if k in SETUP_FIELDS}), **fields)
+    if proposed is not None:
+        r.proposed, r.applies = setup(**proposed), applies
+        r.adjustments = [f"completion length 16 -> {r.proposed.max_completion_length}"]
+    for s in filter(None, (r.asked, r.proposed)):
+        s.problems = diagnose(r, s)
     return r
 
 
 def test_healthy_numbers_are_ok():
-    assert report().ok and report().problems == []
+    assert report().ok and report().problems == [] and report().verdict == "can learn"
 
 
-def test_no_spread_is_a_blocking_reward_collapse():
-    r = report(zero_spread_fraction=0.9, pass_rate=0.02)
+def test_no_spread_with_wrong_answers_is_a_blocking_reward_collapse():
+    r = report(flat_fraction=0.9, zero_spread_fraction=0.9, pass_rate=0.02)
     assert r.kinds() == ["reward_collapse"] and not r.ok
     assert "90%" in r.problems[0].message and "2%" in r.problems[0].message  # the measured numbers, in words
+    assert "wrong, not cut" in r.problems[0].message
 
 
-def test_a_solved_task_is_solved_not_collapsed():
-    r = report(zero_spread_fraction=1.0, pass_rate=0.98)
+def test_a_fix_never_proposes_what_the_run_already_uses():
+    uses = [RewardStats("correct_answer", 0.0, 0.0, 0.0, {}), RewardStats("brevity", 0.5, 0.1, 0.0, {})]
+    fix = report(flat_fraction=0.95, pass_rate=0.0, rewards=uses).problems[0].fix
+    assert "correct_answer" not in fix and "brevity" not in fix and "easier" in fix and "bigger model" in fix
+    bare = report(flat_fraction=0.95, pass_rate=0.0).problems[0].fix
+    assert "brevity" in bare and "correct_answer" not in bare  # correct_answer is in use there too
+
+
+def test_little_spread_is_a_warning():
+    r = report(flat_fraction=0.7, pass_rate=0.1)
+    assert r.kinds() == ["reward_collapse"] and r.ok and not r.problems[0].blocking
+
+
+def test_prompts_without_spread_because_cut_are_truncation_not_collapse():
+    r = report(flat_fraction=0.9, zero_spread_fraction=0.9, truncation_rate=0.84, cut_without_spread=0.9,
+               pass_rate=0.04)
+    assert r.kinds() == ["truncation"] and not r.ok and "because their completions are cut" in r.problems[0].message
+    assert "16 -> 32" in r.problems[0].fix and "reward_collapse" not in r.kinds()
+
+
+def test_the_verdict_is_about_the_setup_that_will_be_trained():
+    cut = dict(flat_fraction=0.9, zero_spread_fraction=0.9, truncation_rate=0.84, cut_without_spread=0.9,
+               pass_rate=0.04)
+    longer = dict(max_completion_length=64, flat_fraction=0.31, zero_spread_fraction=0.2, truncation_rate=0.1,
+                  pass_rate=0.3)
+    fitted = report(proposed=longer, applies=True, **cut)
+    assert fitted.ok and fitted.problems == [] and fitted.max_completion_length == 64
+    assert not fitted.asked.ok and fitted.asked.problems[0].kind == "truncation"  # the as-asked figures stay
+    text = str(fitted)
+    assert "as asked: at 16 tokens: 90% of prompts without spread, 84% of completions cut" in text
+    assert "the kit trains (completion length 16 -> 64): at 64 tokens: 31% of prompts without spread" in text
+    assert text.rstrip().endswith("verdict: can learn (with the changes above)")
+    d = fitted.to_dict()
+    assert d["ok"] and d["max_completion_length"] == 64 and d["asked"]["max_completion_length"] == 16
+    fixed = report(proposed=longer, applies=False, **cut)  # a length the user fixed is judged as it is
+    assert not fixed.ok and "would be, with the fix" in str(fixed)
+
+
+def test_solved_and_truncation_warning_and_unscored():
+    r = report(flat_fraction=1.0, pass_rate=0.98)
     assert r.kinds() == ["solved"] and not r.ok
-
-
-def test_truncation_with_spread_is_a_warning_only():
     r = report(truncation_rate=0.8)
     assert r.kinds() == ["truncation"] and r.ok and not r.problems[0].blocking
     assert "16 -> 32" in r.problems[0].fix
-
-
-def test_a_reward_that_scores_nothing_blocks():
     r = report(rewards=[RewardStats("broken", math.nan, math.nan, 1.0, {"raised KeyError": 64})])
     assert r.kinds() == ["unscored"] and not r.ok and "raised KeyError: 64" in r.problems[0].message
-    half = report(rewards=[RewardStats("flaky", 0.5, 0.1, 0.6, {"returned None": 38})])
+    half = report(rewards=[RewardStats("sparse", 0.5, 0.1, 0.6, {"returned None": 38})])
     assert half.kinds() == ["unscored"] and half.ok  # most, not all: a warning
 
 
-def test_totals_follow_trl_nansum_and_suggestion_counts_cut_completions():
+def test_a_probe_still_mostly_cut_says_it_cannot_decide():
+    r = report(flat_fraction=0.9, truncation_rate=0.95, cut_without_spread=1.0, pass_rate=0.0,
+               finished_within_probe=0.2, probe_length=128, suggested_max_completion_length=16)
+    assert r.kinds() == ["truncation"] and "cannot tell how long an answer needs: 80%" in r.problems[0].fix
+
+
+def test_suggested_length_and_totals():
     totals = _totals([np.array([1.0, math.nan, 0.0]), np.array([0.5, 0.5, math.nan])], [1.0, 0.2])
     assert totals.tolist() == pytest.approx([1.1, 0.1, 0.0])
     assert _suggest([10] * 8 + [30] * 2, 10, probe=64, length=16) == 32  # the 90th percentile, rounded up to 8
@@ -71,17 +124,19 @@ def test_filter_keeps_the_prompts_with_spread():
     assert kept["prompt"] == ["q1", "q3"]  # rows 1 and 3 had spread in the made-up report
 
 
-def test_fit_task_takes_length_and_brevity_from_the_measurement():
+def test_fit_task_trains_the_setup_the_report_judged():
     task = rloo_kit.load_task("arithmetic", n_train=20, n_test=4).replace(name="file", max_completion_length=None,
                                                                          reward_funcs=(correct_answer,),
                                                                          reward_weights=None)
-    fitted, notes = fit_task(task, report(truncation_rate=0.8), "cpu")
+    judged = report(proposed=dict(max_completion_length=32), applies=True, truncation_rate=0.8)
+    judged.brevity_max_chars, judged.adjustments = 40, ["completion length 16 -> 32", "+ brevity reward (weight 0.2)"]
+    fitted, notes = fit_task(task, judged)
     assert fitted.max_completion_length == 32 and [f.__name__ for f in fitted.reward_funcs] == [
         "correct_answer", "brevity"] and fitted.reward_weights == (1.0, 0.2) and len(notes) == 2
-    calm, notes = fit_task(task, report(), "cpu")
+    calm, notes = fit_task(task, report())
     assert calm.max_completion_length == 16 and len(calm.reward_funcs) == 1 and notes == []
     fixed = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)  # a task that sets its own length keeps it
-    assert fit_task(fixed, report(truncation_rate=0.8), "cpu") == (fixed, [])
+    assert fit_task(fixed, judged) == (fixed, [])
 
 
 def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):

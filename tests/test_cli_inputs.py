@@ -1,0 +1,130 @@
+"""Bad input to `rloo-kit train` is refused in one line before any model weights load, and nothing is
+written under the run's names. Loading is replaced by a tripwire, so each case proves the order."""
+
+import json
+
+import pytest
+
+import rloo_kit.cli as cli
+import rloo_kit.models
+
+
+@pytest.fixture
+def tripwire(monkeypatch):
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(rloo_kit.models, "load_model", loaded)
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def good_rows(n=20):
+    return [{"prompt": f"Write {i} in digits.", "answer": str(i)} for i in range(n)]
+
+
+def refuse(capsys, tmp_path, tiny_model_dir, *args, model=None) -> str:
+    out = tmp_path / "run"
+    code = cli.main(["train", "--model", str(model or tiny_model_dir), "--preset", "cpu", "--output-dir", str(out),
+                     *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("rloo-kit: "), err  # one line, the kit's own
+    assert not (out / "metrics.json").exists() and not (out / "adapter").exists()
+    return err[0]
+
+
+def test_a_directory_without_a_model(tripwire, capsys, tmp_path, tiny_model_dir):
+    (tmp_path / "empty").mkdir()
+    line = refuse(capsys, tmp_path, tiny_model_dir, model=tmp_path / "empty")
+    assert "without a model in it" in line and "smollm2-135m" in line
+
+
+def test_a_hub_id_without_a_hub(tripwire, capsys, tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(rloo_kit.sources, "hub_reachable", lambda *a, **k: False)
+    line = refuse(capsys, tmp_path, tiny_model_dir, model="SomeOrg/not-cached-model")
+    assert "cannot be reached" in line and "--model ./dir" in line
+
+
+def test_a_file_in_another_encoding(tripwire, capsys, tmp_path, tiny_model_dir):
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes("".join(json.dumps(r) + "\n" for r in good_rows(5)).encode()
+                     + '{"prompt": "caf\xe9?", "answer": "1"}\n'.encode("latin-1"))
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--task", "file", "--path", str(path))
+    assert "line 6 is not utf-8: byte 0xe9" in line and "--encoding latin-1" in line
+
+
+def test_a_utf8_byte_order_mark_is_accepted():
+    from rloo_kit.data import load_local
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "bom.csv"
+        path.write_text("prompt,answer\nHow many legs has a cat?,4\nAnd a bird?,2\n", encoding="utf-8-sig")
+        data = load_local(str(path), answer_column="answer")
+    assert data["answer"] == ["4", "2"] and data[0]["prompt"][-1]["content"] == "How many legs has a cat?"
+
+
+def test_a_malformed_jsonl_line_is_named(tripwire, capsys, tmp_path, tiny_model_dir):
+    path = tmp_path / "broken.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in good_rows(30)) + '{"prompt": "x", "answer": 1,}\n')
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--task", "file", "--path", str(path))
+    assert "line 31 is not valid JSON" in line
+
+
+def test_null_and_empty_answers_are_refused_not_scored_as_none(tripwire, capsys, tmp_path, tiny_model_dir):
+    rows = good_rows() + [{"prompt": "What is nothing?", "answer": None}]
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--task", "file", "--path", write_jsonl(tmp_path / "n.jsonl", rows))
+    assert "line 21 has no usable 'answer' (it is None)" in line
+    rows = good_rows() + [{"prompt": "  ", "answer": "1"}]
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--task", "file", "--path", write_jsonl(tmp_path / "e.jsonl", rows))
+    assert "line 21 has no 'prompt'" in line
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--max-steps", "0"], "--max-steps 0"),
+    (["--preflight-prompts", "-1"], "--preflight-prompts -1"),
+    (["--num-generations", "1"], "num_generations"),
+    (["--batch-size", "3", "--num-generations", "2"], "3"),
+])
+def test_settings_that_cannot_work(tripwire, capsys, tmp_path, tiny_model_dir, args, words):
+    assert words in refuse(capsys, tmp_path, tiny_model_dir, *args)
+
+
+def test_unknown_preset(tripwire, capsys, tmp_path, tiny_model_dir):
+    code = cli.main(["train", "--model", str(tiny_model_dir), "--preset", "nope", "--output-dir", str(tmp_path / "r")])
+    assert code == 2 and "nope" in capsys.readouterr().err
+
+
+def test_an_output_dir_that_is_a_file_or_holds_a_run(tripwire, capsys, tmp_path, tiny_model_dir):
+    (tmp_path / "file").write_text("x")
+    code = cli.main(["train", "--model", str(tiny_model_dir), "--output-dir", str(tmp_path / "file")])
+    assert code == 2 and "is a file" in capsys.readouterr().err
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "metrics.json").write_text("{}")
+    code = cli.main(["train", "--model", str(tiny_model_dir), "--output-dir", str(done)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--resume" in err and "--overwrite" in err
+    assert (done / "metrics.json").read_text() == "{}"  # untouched
+
+
+def test_a_reward_file_is_checked_on_rows_before_loading(tripwire, capsys, tmp_path, tiny_model_dir):
+    rewards = tmp_path / "mine.py"
+    rewards.write_text("def short(prompts, completions, **kw):\n    return [1.0]\n"
+                       "def fine(prompts, completions, **kw):\n    return [0.5] * len(completions)\n")
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--reward", f"{rewards}:short")
+    assert "returned 1 values for 4 completions" in line
+    assert "has no function 'nope'" in refuse(capsys, tmp_path, tiny_model_dir, "--reward", f"{rewards}:nope")
+    assert "not a file on this machine" in refuse(capsys, tmp_path, tiny_model_dir, "--reward",
+                                                  "https://example.invalid/r.py:fn")
+
+
+def test_a_preflight_of_no_prompts_is_refused(tripwire, capsys, tmp_path, tiny_model_dir):
+    code = cli.main(["preflight", "--model", str(tiny_model_dir), "--preflight-prompts", "0"])
+    assert code == 2 and "nothing to sample" in capsys.readouterr().err
