@@ -40,23 +40,45 @@ CASES = {
 }
 
 
-def run(name: str, max_steps: int) -> dict:
+def run(name: str, max_steps: int, preflight_only: bool, reuse: bool) -> dict:
+    """One task as a user runs it: `train --force` (the verdict, then 30 steps whatever it says), or with
+    preflight_only the verdict alone (`preflight --json`). reuse: read a finished run's metrics.json."""
     kind, file, extra = CASES[name]
     out = REPO / "runs" / f"bench-verdict-{name}"
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "rloo_kit.cli", "train", "--task", "file", "--path", str(TASKS / file),
-           "--output-dir", str(out), "--max-steps", str(max_steps), "--force", *extra]
-    start = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = (time.time() - start) / 60
-    print(f"== {name} (exit {done.returncode}, {wall:.1f} min)\n{done.stdout[-2500:]}{done.stderr[-1500:]}", flush=True)
+    options = ["--task", "file", "--path", str(TASKS / file), *extra]
+    if preflight_only:
+        cmd = ["preflight", *options, "--json", str(out / "preflight.json")]
+    else:
+        cmd = ["train", *options, "--output-dir", str(out), "--max-steps", str(max_steps), "--force", "--overwrite"]
+    cmd = [sys.executable, "-m", "rloo_kit.cli", *cmd]
+    done, wall, start = None, None, time.time()
+    if not (reuse and (out / ("preflight.json" if preflight_only else "metrics.json")).is_file()):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = round((time.time() - start) / 60, 2)
+        print(f"== {name} (exit {done.returncode}, {wall} min)\n{done.stdout[-2500:]}{done.stderr[-1500:]}",
+              flush=True)
     metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
-    refusal = next((line for line in done.stderr.splitlines() if line.startswith("rloo-kit:")), None)
-    return {"task": name, "kind": kind, "exit_code": done.returncode, "wall_minutes": round(wall, 2),
+    if preflight_only and (out / "preflight.json").is_file():
+        metrics = {"preflight": summary(json.loads((out / "preflight.json").read_text()))}
+    refusal = next((line for line in done.stderr.splitlines() if line.startswith("rloo-kit:")), None) if done else None
+    return {"task": name, "kind": kind, "exit_code": done.returncode if done else None, "wall_minutes": wall,
             "refused_by": refusal, "preflight": metrics.get("preflight"), "steps": metrics.get("steps"),
             "train_minutes": metrics.get("minutes"), "max_completion_length": metrics.get("max_completion_length"),
             "accuracy_before": metrics.get("accuracy_before"), "accuracy_after": metrics.get("accuracy_after"),
             "command": " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")}
+
+
+def summary(report: dict) -> dict:
+    """The fields metrics.json keeps of a pre-flight (rloo_kit.pipeline), from `rloo-kit preflight --json`."""
+    def figures(setup: dict) -> dict:
+        keys = ("max_completion_length", "flat_fraction", "zero_spread_fraction", "truncation_rate", "pass_rate")
+        return {**{k: setup[k] for k in keys}, "problems": [p["kind"] for p in setup["problems"]]}
+
+    return {"ok": report["ok"], "verdict": report["verdict"], "problems": report["kinds"],
+            "seconds": round(report["seconds"], 1), **figures({**report, "problems": report["problems"]}),
+            "as_asked": figures(report["asked"])}
 
 
 def verdict(r: dict) -> str:
@@ -64,7 +86,7 @@ def verdict(r: dict) -> str:
     if pre is None:
         return "refused before training: " + (r["refused_by"] or f"exit {r['exit_code']}").removeprefix("rloo-kit: ")
     warnings = [k for k in pre["problems"]]
-    return ("can learn" if pre["ok"] else "cannot learn (refused without --force)") + (
+    return ("can learn" if pre["ok"] else "cannot learn (refused)") + (
         f" [{', '.join(warnings)}]" if warnings else "")
 
 
@@ -77,18 +99,23 @@ def goals(runs: list[dict]) -> list[str]:
         warned = refused or bool(pre["problems"])
         if gain is not None and gain >= 0.15 and refused:
             out.append(f"MISSED: {r['task']} gained {gain:+.2f} but was refused")
-        if (gain is None or gain < 0.05) and not warned:
+        if gain is not None and gain < 0.05 and not warned:
             out.append(f"MISSED: {r['task']} gained {gain} but was called 'can learn' without a warning")
-    return out or ["met: no task that gained >= 0.15 was refused; every task that gained < 0.05 was refused or "
-                   "warned about"]
+    trained = [r["task"] for r in runs if r["accuracy_after"] is not None]
+    untrained = [r["task"] for r in runs if r["accuracy_after"] is None]
+    return out or [f"met on the trained tasks ({', '.join(trained)}): none that gained >= 0.15 was refused, every one "
+                   "that gained < 0.05 was refused or warned about"
+                   + (f"; untrained here, verdict only: {', '.join(untrained)}" if untrained else "")]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--max-steps", type=int, default=30)
+    ap.add_argument("--preflight-only", nargs="*", default=[], help="tasks to give the verdict alone, untrained")
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-verdict-*")
     args = ap.parse_args()
-    runs = [run(name, args.max_steps) for name in args.tasks]
+    runs = [run(name, args.max_steps, name in args.preflight_only, args.reuse) for name in args.tasks]
     table = ["| task | kind | pre-flight verdict (CLI defaults) | as asked -> as trained | pre-flight s | "
              "steps | held-out accuracy before -> after (30 steps, --force) |", "|---|---|---|---|---|---|---|"]
     for r in runs:
@@ -97,8 +124,8 @@ def main() -> None:
         setups = (f"{asked.get('max_completion_length')} tok: {asked.get('flat_fraction', 0):.0%} flat, "
                   f"{asked.get('truncation_rate', 0):.0%} cut -> {pre.get('max_completion_length')} tok: "
                   f"{pre.get('flat_fraction', 0):.0%} flat, {pre.get('truncation_rate', 0):.0%} cut") if pre else "-"
-        acc = ("-" if r["accuracy_after"] is None else f"{r['accuracy_before']:.2f} -> {r['accuracy_after']:.2f} "
-               f"({r['accuracy_after'] - r['accuracy_before']:+.2f})")
+        before, after = r["accuracy_before"], r["accuracy_after"]
+        acc = "not trained in this run" if after is None else f"{before:.2f} -> {after:.2f} ({after - before:+.2f})"
         table.append(f"| {r['task']} | {r['kind']} | {verdict(r)} | {setups} | {pre.get('seconds', '-')} | "
                      f"{r['steps'] if r['steps'] is not None else '-'} | {acc} |")
     result = {**stamp(), "runs": runs, "goals": goals(runs)}

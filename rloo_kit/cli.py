@@ -1,4 +1,4 @@
-"""`rloo-kit`: doctor, presets, fetch-model, demo, preflight, train, eval, train-rm."""
+"""`rloo-kit`: doctor, presets, fetch-model, demo, preflight, train, eval, train-rm, export."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from .errors import ConfigError, RewardError, RlooKitError
@@ -82,6 +81,8 @@ def cmd_fetch_model(args) -> int:
 def cmd_demo(args) -> int:
     import papermill
 
+    from .pipeline import RunReport
+
     notebook = Path(args.notebook)
     if not notebook.is_file():
         raise RlooKitError(f"Notebook {notebook} not found: run `rloo-kit demo` from a clone of the repository, "
@@ -95,18 +96,14 @@ def cmd_demo(args) -> int:
     papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params, kernel_name="python3",
                                progress_bar=False, log_output=args.verbose,
                                extra_arguments=["--IPKernelApp.log_level=ERROR"])
-    metrics = json.loads((out / "metrics.json").read_text())
-    print(f"model {metrics['model']} · preset {metrics['preset']} · {metrics['steps']} steps in "
-          f"{metrics['minutes']:.1f} min")
-    paired = metrics.get("paired")
-    better = f"; {paired['better']} prompts better, {paired['worse']} worse" if paired else ""
-    print(f"held-out accuracy (greedy): before {metrics['accuracy_before']:.2f} -> after "
-          f"{metrics['accuracy_after']:.2f} ({metrics['accuracy_after'] - metrics['accuracy_before']:+.2f}{better})")
-    print(f"executed notebook: {out / notebook.name}; adapter: {metrics.get('adapter')}")
+    report = RunReport(**json.loads((out / "metrics.json").read_text()))
+    print(f"model {report.model} · preset {report.preset} · {report.steps} steps")
+    print("\n".join(report.lines()))
+    print(f"executed notebook: {out / notebook.name}; adapter: {report.adapter}")
     return 0
 
 
-KNOBS = ("beta", "temperature", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # flags that set a preset field
+KNOBS = ("beta", "temperature", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # preset fields
 
 
 def _prepare(args):
@@ -145,9 +142,12 @@ def _prepare(args):
 
 def _overrides(args) -> dict:
     """The RLOOConfig fields set on the command line that no preset field carries."""
-    return {k: v for k, v in dict(max_steps=getattr(args, "max_steps", None), save_steps=getattr(args, "save_steps", None),
-                                  per_device_train_batch_size=getattr(args, "batch_size", None),
-                                  seed=args.seed).items() if v is not None}
+    fields = dict(max_steps=getattr(args, "max_steps", None), save_steps=getattr(args, "save_steps", None),
+                  per_device_train_batch_size=getattr(args, "batch_size", None), seed=args.seed,
+                  report_to=getattr(args, "report_to", None))
+    if fields["report_to"] == "wandb":
+        os.environ.setdefault("WANDB_MODE", "offline")  # no account needed; `wandb sync` uploads later
+    return {**getattr(args, "rloo", {}), **{k: v for k, v in fields.items() if v is not None}}
 
 
 def _load(args, plan, task):
@@ -171,9 +171,24 @@ def _run_preflight(args, plan, task, model, tok):
     return report
 
 
+def _settings_text(plan, task, args) -> str:
+    """The RLOO settings the recipe resolves to, as comments under it (--print-config)."""
+    from .presets import make_config
+
+    config = make_config(plan.preset, output_dir=args.output_dir, **_overrides(args), **task.trainer_overrides())
+    keys = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "beta",
+            "temperature", "max_steps", "report_to", "seed")
+    lines = [f"# {k}: {getattr(config, k)}" for k in keys]
+    lines.append(f"# max_completion_length: {task.max_completion_length}" if task.max_completion_length else
+                 "# max_completion_length: chosen by the pre-flight (a file task's own length is left open)")
+    lines.append(f"# lora_r: {plan.preset.lora_r}, lora_alpha: {plan.preset.lora_alpha}")
+    return "# the settings this runs with (preset " + plan.preset.name + " + the options above):\n" + "\n".join(lines)
+
+
 def cmd_preflight(args) -> int:
     if args.preflight_prompts == 0:
-        raise ConfigError("--preflight-prompts 0 leaves the pre-flight nothing to sample: give at least 1 (default 32).")
+        raise ConfigError("--preflight-prompts 0 leaves the pre-flight nothing to sample: give at least 1 "
+                          "(default 32).")
     plan, task = _prepare(args)
     model, tok = _load(args, plan, task)
     report = _run_preflight(args, plan, task, model, tok)
@@ -196,90 +211,48 @@ def _check_output_dir(args) -> Path:
 
 
 def cmd_train(args) -> int:
-    from .distributed import is_main_process, world_size
-    from .evaluation import paired_change
-    from .preflight import fit_task
-    from .training import ADAPTER_DIR, build_trainer, train
+    from .distributed import world_size
+    from .pipeline import run
 
-    out = _check_output_dir(args)
+    from .recipes import dump, recipe_of
+
+    out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
-    model, tok = _load(args, plan, task)
+    recipe = dump(recipe_of(args, model=plan.model, task=plan.task, preset=plan.preset.name))
+    if args.print_config:
+        print(recipe + _settings_text(plan, task, args))
+        return 0
     out.mkdir(parents=True, exist_ok=True)
-    metrics = {"model": plan.model, "task": task.name, "preset": plan.preset.name, "device": plan.hardware.device}
+    (out / "recipe.yaml").write_text(recipe)
+    model, tok = _load(args, plan, task)
     overrides = _overrides(args)
     if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`
         overrides.update(use_vllm=True, vllm_mode=args.vllm)
-    report, wanted = None, not args.resume and args.preflight_prompts > 0
+    prompts = 0 if args.resume else args.preflight_prompts
     if not args.resume and args.preflight_prompts == 0:
         print("pre-flight skipped (--preflight-prompts 0): no verdict on whether this run can learn.", flush=True)
-    if wanted and world_size() > 1:  # every process would sample its own pre-flight and might decide differently
+    if prompts and world_size() > 1:  # every process would sample its own pre-flight and might decide differently
         print("pre-flight skipped under several processes: run `rloo-kit preflight` (same options) in one first.")
-    elif wanted:
-        report = _run_preflight(args, plan, task, model, tok)
-        task, notes = fit_task(task, report)
-        for note in notes:
-            print(f"own-task default: {note}", flush=True)
-        metrics["preflight"] = _preflight_summary(report, notes)
-    task = task.for_preset(plan.preset)
-    trainer = build_trainer(model, tok, task, preset=plan.preset, output_dir=str(out), disable_tqdm=True,
-                            **overrides)  # settings that cannot work fail here, before any generation
-    before = task.evaluate(model, tok)
-    print(f"held-out accuracy before: {_fmt(before.accuracy)} ({len(task.test)} prompts, greedy, "
-          f"{task.max_completion_length} tokens)", flush=True)
-    if report is not None and not report.ok and not args.force:
-        metrics.update(steps=0, trained=False, max_completion_length=task.max_completion_length,
-                       accuracy_before=before.accuracy, accuracy_after=before.accuracy)
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        prompts = 0
+    seed = overrides.pop("seed", 0)  # the pre-flight's draw, the evaluation split and training share it
+    report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
+                 force=args.force, seed=seed, **overrides)
+    if not report.trained:
         print(f"Not training: the pre-flight says the run that would be trained cannot learn "
-              f"({', '.join(report.kinds())}); the fixes are above, and --force trains anyway. The model is unchanged "
-              f"(accuracy_after = accuracy_before in {out / 'metrics.json'}).", file=sys.stderr)
+              f"({', '.join(report.preflight['problems'])}); the fixes are above, and --force trains anyway. The model "
+              f"is unchanged (accuracy_after = accuracy_before in {out / 'metrics.json'}).", file=sys.stderr)
         return 3
-    start = time.time()
-    train(trainer, resume=args.resume)
-    minutes = (time.time() - start) / 60
-    after = task.evaluate(trainer.model, tok)
-    change = paired_change(before, after)
-    diagnoses = trainer.health_monitor.diagnoses if trainer.health_monitor else []
-    metrics.update(steps=trainer.state.global_step, trained=True, minutes=round(minutes, 2),
-                   max_completion_length=task.max_completion_length, accuracy_before=before.accuracy,
-                   accuracy_after=after.accuracy, before=before.summary(), after=after.summary(),
-                   paired=None if change is None else change.to_dict(), adapter=str(out / ADAPTER_DIR),
-                   diagnoses=[d.kind for d in diagnoses])
-    if is_main_process():  # under `accelerate launch` every process evaluated; one writes
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    for d in diagnoses:
-        print(d)
-    delta = f" ({after.accuracy - before.accuracy:+.2f})" if before.accuracy is not None else ""
-    print(f"held-out accuracy: before {_fmt(before.accuracy)} -> after {_fmt(after.accuracy)}{delta} · "
-          f"{trainer.state.global_step} steps in {minutes:.1f} min")
-    if change is not None:
-        print(f"  {change}")
-    print(f"adapter: {out / ADAPTER_DIR}; metrics: {out / 'metrics.json'}")
+    for d in report.diagnoses:
+        print(f"health monitor: {d}")
+    print("\n".join(report.lines()))
+    print(f"adapter: {report.adapter}; metrics: {out / 'metrics.json'}")
     return 0
-
-
-def _preflight_summary(report, notes: list[str]) -> dict:
-    """What metrics.json keeps of the pre-flight: the verdict on the trained setup, the as-asked figures."""
-    def figures(setup):
-        return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
-                "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
-                "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok}
-
-    return {"ok": report.ok, "verdict": report.verdict, "problems": report.kinds(), "seconds": round(report.seconds, 1),
-            "probe_length": report.probe_length, "widened_from": report.widened_from, **figures(report.trained),
-            "as_asked": figures(report.asked), "own_task_defaults": notes}
-
-
-def _fmt(accuracy: float | None) -> str:
-    return "n/a (no answer column)" if accuracy is None else f"{accuracy:.2f}"
 
 
 def _with_reward_model(task, args):
     """--reward-model DIR (written by `train-rm`): alone, it is the training reward in place of the task's (whose
     answers still measure held-out accuracy, a check the reward model cannot game); with --reward-model-weight W it
     joins the task's rewards at that weight."""
-    from .errors import ConfigError
-
     path, weight = getattr(args, "reward_model", None), getattr(args, "reward_model_weight", None)
     if not path:
         if weight is not None:
@@ -337,6 +310,23 @@ def _trained_length(adapter: str) -> int | None:
     if metrics.is_file():
         return json.loads(metrics.read_text()).get("max_completion_length")
     return None
+
+
+def cmd_export(args) -> int:
+    from .export import export_gguf, export_merged, verify_gguf
+
+    if args.verify and args.format != "gguf":
+        raise RlooKitError("--verify checks a GGUF file in llama.cpp: use it with --format gguf.")
+    if args.format == "merged":
+        print(export_merged(args.adapter, args.output, model=args.model, overwrite=args.overwrite))
+        return 0
+    out = export_gguf(args.adapter, args.output, quant=args.quant, model=args.model, overwrite=args.overwrite)
+    print(f"{out} ({out.stat().st_size / 2**20:.0f} MiB); Ollama: `ollama create NAME -f {out.with_name('Modelfile')}`")
+    if args.verify:
+        check = verify_gguf(out, args.adapter, model=args.model, task=args.task, path=args.path, n_test=args.n_test,
+                            max_new_tokens=args.max_new_tokens)
+        print(check)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -407,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--reward-model's score at this weight (e.g. 0.5)")
         sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
         sp.add_argument("--seed", type=int)
+        sp.add_argument("--config", metavar="RECIPE.yaml", help="options from a YAML recipe (keys: these options "
+                        "with underscores, or any RLOOConfig field); options given here win")
+        sp.set_defaults(recipe_parser=sp)
 
     epilog = argparse.RawDescriptionHelpFormatter
     pf = sub.add_parser("preflight", help="before training: can this run learn? (exit 1 when it cannot)",
@@ -428,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--vllm", choices=("colocate", "server"), help="generate with vLLM (CUDA, `pip install "
                     "\"trl[vllm]\"`): colocate = on each training GPU; server = a `trl vllm-serve` already running")
     tr.add_argument("--force", action="store_true", help="train even when the pre-flight says it cannot learn")
+    tr.add_argument("--print-config", action="store_true", help="print the full recipe and settings that would run, "
+                    "then stop (nothing loads)")
+    tr.add_argument("--report-to", choices=("none", "tensorboard", "trackio", "wandb"), help="where training logs "
+                    "go besides metrics.json: TensorBoard event files in OUTPUT_DIR/runs (pip install tensorboard), "
+                    "trackio, or wandb (offline unless WANDB_MODE says otherwise); default none")
     tr.set_defaults(fn=cmd_train)
     rm = sub.add_parser("train-rm", help="train a reward model on preference pairs (prompt, chosen, rejected)")
     rm.add_argument("--path", required=True, help="a .jsonl/.json/.csv/.parquet file, one pair a row: prompt, chosen "
@@ -452,22 +450,30 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, help="default: the length the adapter was trained with")
     ev.add_argument("--output", help="write the metrics as JSON here")
     ev.set_defaults(fn=cmd_eval)
+    ex = sub.add_parser("export", help="adapter + base as a merged model or a GGUF file (llama.cpp, Ollama)")
+    ex.add_argument("--adapter", required=True, help="the adapter directory `train` wrote")
+    ex.add_argument("--format", choices=("merged", "gguf"), default="gguf")
+    ex.add_argument("--quant", default="bf16", help="GGUF type: f32, f16, bf16, q8_0 or q4_0 (default bf16)")
+    ex.add_argument("--output", required=True, help="a directory (merged) or a .gguf file")
+    ex.add_argument("--model", help="base model (default: the one recorded in the adapter)")
+    ex.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    ex.add_argument("--verify", action="store_true", help="run the held-out evaluation in llama.cpp from the GGUF, "
+                    "beside the adapter in PyTorch")
+    ex.add_argument("--task", choices=TASKS, help="for --verify (default: the one in metrics.json beside the adapter)")
+    ex.add_argument("--path", help="for --verify of a file task: its file")
+    ex.add_argument("--n-test", type=int, help="for --verify: held-out prompts (default: the task's)")
+    ex.add_argument("--max-new-tokens", type=int, help="for --verify (default: the trained length)")
+    ex.set_defaults(fn=cmd_export)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    import datasets
-    from transformers.utils import logging as hf_logging
+    from .recipes import apply_recipe
 
-    hf_logging.disable_progress_bar()  # a terminal gets the kit's lines, not a bar per weight file or map
-    datasets.disable_progress_bars()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under `accelerate launch` one process reports, the main one
-        from .distributed import is_main_process
-
-        if not is_main_process():
-            sys.stdout = open(os.devnull, "w")  # for the rest of the process
+    parser = build_parser()
     try:
+        args = apply_recipe(parser, argv)
+        _quiet_libraries()
         return args.fn(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -475,6 +481,21 @@ def main(argv: list[str] | None = None) -> int:
     except RlooKitError as e:
         print(f"rloo-kit: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+
+
+def _quiet_libraries() -> None:
+    """A terminal gets the kit's lines, not a bar per weight file or map; under `accelerate launch` one
+    process reports, the main one."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from .distributed import is_main_process
+
+        if not is_main_process():
+            sys.stdout = open(os.devnull, "w")  # for the rest of the process
 
 
 if __name__ == "__main__":

@@ -84,9 +84,9 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
               seed: int = 0, template: str | None = None, prompt_column: str = "prompt",
               answer_column: str = "answer", system_prompt: str | None = None, encoding: str = "utf-8") -> Task:
     """arithmetic: 'Add a and b.' over 0..12 (a held-out sum's commuted twin is held out too), rewarded
-    for a right final number (1.0) and brevity (0.2), 16-token answers; accuracy counts the final number. SmolLM2-135M knows these sums but
-    mostly talks about the numbers instead of answering: that behaviour is what a few minutes of
-    RLOO on a CPU change. `template` rewords the question (see data.arithmetic_task).
+    for a right final number (1.0) and brevity (0.2), 16-token answers; accuracy counts the final number.
+    SmolLM2-135M knows these sums but mostly talks about the numbers instead of answering: that behaviour
+    is what a few minutes of RLOO on a CPU change. `template` rewords the question (see data.arithmetic_task).
     gsm8k: grade-school word problems (hub, or a local jsonl/parquet as `path`), rewarded and scored
     on the final '#### N' answer.
     file: a local jsonl/json/csv/parquet with a prompt column and an answer column (names settable);

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -22,14 +22,13 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
-from .compat import patch_trl_for_cpu, reuse_policy_forward
-from .cpu_step import speed_up_cpu_step
 from .data import validate_dataset
-from .diagnostics import HealthMonitor, log_task_reward_spread
-from .distributed import barrier, is_main_process, plain_cpu_device, shards_parameters
+from .diagnostics import HealthMonitor
+from .distributed import barrier, is_main_process, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
 from .live import attach_live_view
-from .models import apply_speed_fixes, attach_lora, require_adapter
+from .models import attach_lora, require_adapter
+from .patches import patch_before_trainer, patch_trainer
 from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
 from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
@@ -46,7 +45,8 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
                   preset: str | Preset | None = None, config: RLOOConfig | None = None,
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
-                  eval_dataset=None, live: bool = True, **overrides) -> RLOOTrainer:
+                  eval_dataset=None, live: bool = True, skip_patches: Collection[str] = (),
+                  **overrides) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
 
     `train_dataset` is a dataset (then pass `reward_funcs`) or a `tasks.Task`, whose train split,
@@ -56,6 +56,8 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     Reward functions are guarded (`rewards.guard`; strict_rewards=True makes failures raise).
     live=True shows the run with `live.attach_live_view` (a widget in a notebook, text lines elsewhere)
     in place of transformers' progress display; live=False leaves transformers' display as it is.
+    The kit's changes to TRL, transformers, PEFT and torch go in here (`rloo_kit.patches`), less those named
+    in `skip_patches`; `trainer.rloo_kit_patches` names the ones applied.
     """
     if isinstance(train_dataset, Task):
         task = train_dataset
@@ -74,17 +76,13 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     validate_dataset(train_dataset, set().union(*map(required_columns, funcs)))
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
-    patch_trl_for_cpu()
-    plain_cpu_device(config)
-    apply_speed_fixes(model, config.device.type)  # a model loaded outside the kit gets them too
+    patched = patch_before_trainer(model, config, skip_patches)  # a model loaded outside the kit gets them too
     monitor = HealthMonitor() if monitor is True else monitor or None
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
                           callbacks=[*([monitor] if monitor else []), *callbacks])
     _use_base_as_reference(trainer.model)
-    log_task_reward_spread(trainer)  # reward collapse as the rewards say it, before TRL's KL penalty
-    reuse_policy_forward(trainer)  # CPU, one pass per generation: the scoring forward doubles as the loss's
-    speed_up_cpu_step(trainer)  # CPU, bf16 base: bf16 LoRA compute; a leaner sampler (rloo_kit.cpu_step)
+    patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches
     trainer.health_monitor = monitor
     if live:
         attach_live_view(trainer, monitor)
@@ -128,17 +126,18 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
         return _finish_from(trainer, checkpoint)
     if resume and is_main_process():
         log.warning("Resuming from %s.", checkpoint) if checkpoint else log.warning(
-            "resume=True but no checkpoint in %s: starting from step 0.", out)
+            "No checkpoint in %s to resume from (a run stopped before its first checkpoint has learned nothing worth "
+            "keeping): training starts again from step 0.", out)
     try:
         with _ctrl_c_kept(trainer):
             result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except KeyboardInterrupt:
         saved = _save_interrupted(trainer)
         if is_main_process() and saved:
-            log.warning("Interrupted at step %d: adapter saved to %s. Resume with resume=True (from the last "
-                        "checkpoint) or load that adapter.", trainer.state.global_step, saved)
+            log.warning("Interrupted at step %d: adapter saved to %s. %s, or load that adapter.",
+                        trainer.state.global_step, saved, RESUME_HINT)
         elif is_main_process():
-            log.warning("Interrupted at step %d. %s Resume with resume=True.", trainer.state.global_step, _NOT_GATHERED)
+            log.warning("Interrupted at step %d. %s %s.", trainer.state.global_step, _NOT_GATHERED, RESUME_HINT)
         raise
     except torch.cuda.OutOfMemoryError as e:
         torch.cuda.empty_cache()
@@ -148,6 +147,10 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     trainer.save_model(str(out / ADAPTER_DIR))  # every process takes part (ZeRO-3 gathers); the main one writes
     barrier()  # no process goes on before the adapter is on disk
     return result
+
+
+RESUME_HINT = ("Resume from the last checkpoint with the same command and --resume (resume=True in Python; a "
+               "run stopped before its first checkpoint starts again from step 0)")
 
 
 def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:

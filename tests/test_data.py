@@ -84,3 +84,54 @@ def test_validate_dataset_errors():
         validate_dataset(Dataset.from_dict({"prompt": []}))
     with pytest.raises(DataError, match=r"\['answer'\]"):
         validate_dataset(Dataset.from_dict({"prompt": ["a"]}), {"answer"})
+
+
+def test_the_arithmetic_test_split_shares_no_question_nor_its_commuted_twin_with_train():
+    from rloo_kit.data import arithmetic_task
+
+    for seed in (0, 1, 2):
+        ds = arithmetic_task(seed=seed)
+
+        test, train = (pairs(ds[split]) for split in ("test", "train"))
+        assert len(ds["test"]) == 50 and len(test) == 50 and not test & train
+
+
+def pairs(split) -> set[tuple[int, ...]]:
+    """Each question's operands, sorted: a question and its commuted twin give the same pair."""
+    return {tuple(sorted(map(int, re.findall(r"\d+", p[-1]["content"])))) for p in split["prompt"]}
+
+
+def test_a_conversation_with_a_system_message_and_a_system_prompt_for_every_row(tmp_path):
+    from rloo_kit.data import load_local
+
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+             "label": 4},
+            {"messages": [{"role": "user", "content": "3+3?"}], "label": 6}]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = load_local(str(path), prompt_column="messages", answer_column="label", system_prompt="Answer in digits.")
+    assert data[0]["prompt"][0] == {"role": "system", "content": "Be brief."}  # a row's own system message stays
+    assert data[1]["prompt"] == [{"role": "system", "content": "Answer in digits."},
+                                 {"role": "user", "content": "3+3?"}]
+    assert data["answer"] == ["4", "6"]
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+                                                                                "content": "x"}], "label": 1}) + "\n")
+    with pytest.raises(DataError, match="ends with a 'assistant' message"):
+        load_local(str(path), prompt_column="messages", answer_column="label")
+
+
+def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
+    from rloo_kit.data import load_local
+    from rloo_kit.rewards import correct_answer
+
+    path = tmp_path / "labels.csv"
+    path.write_text("text,sentiment\n" + "".join(f"Review {i}: fine.,{'Positive' if i % 2 else 'negative'}\n"
+                                                 for i in range(10)))
+    data = load_local(str(path), prompt_column="text", answer_column="sentiment")
+    assert data[0]["labels"] == ["negative", "positive"]
+    replies = ["It is positive.", "Positive, not negative.", "negative"]
+    assert correct_answer([""] * 3, replies, answer=["Positive"] * 3, labels=[data[0]["labels"]] * 3) == [1.0, 0.0,
+                                                                                                         0.0]
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": i % 2}) + "\n" for i in range(10)))
+    assert "labels" not in load_local(str(numbers), answer_column="answer").column_names  # numbers are no labels

@@ -13,7 +13,6 @@ from rloo_kit.rewards import correct_answer, exact_answer
 
 from .helpers import length_reward
 
-
 SETUP_FIELDS = {"max_completion_length", "zero_spread_fraction", "flat_fraction", "truncation_rate", "pass_rate",
                 "prompts", "rewards", "correlations", "cut_without_spread"}
 

@@ -79,3 +79,20 @@ def test_evaluation_uses_the_tasks_length(tiny_model_dir):
     assert max(row["tokens"] for row in report.completions) <= 5 and report.accuracy is not None
     base, tuned = task.evaluate_base_and_adapter(model, tok)
     assert [r["completion"] for r in base.completions] == [r["completion"] for r in tuned.completions]  # B = 0
+
+
+def test_a_file_task_never_holds_out_a_prompt_it_trains_on(tmp_path):
+    import json
+
+    rows = [{"prompt": f"Question {i % 30}?", "answer": str(i % 30)} for i in range(60)]
+    rows += [{"prompt": f"  question {i}?  ".upper(), "answer": str(i)} for i in range(30)]  # the same, reworded
+    path = tmp_path / "dupes.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = rloo_kit.load_task("file", path=str(path), n_test=10)
+
+    def key(p):
+        return " ".join(p[-1]["content"].lower().split())
+
+    held_out = {key(p) for p in task.test["prompt"]}
+    assert not held_out & {key(p) for p in task.train["prompt"]}
+    assert len(task.train) == sum(" ".join(r["prompt"].lower().split()) not in held_out for r in rows)  # the rest stay

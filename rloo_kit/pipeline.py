@@ -1,0 +1,191 @@
+"""One run, step by step: pre-flight -> fit -> evaluate before -> train -> evaluate after -> report.
+
+`rloo-kit train`, notebook 01 (and so `make demo`, which executes it) take these same steps on a `Run`
+and report through the same `RunReport`, whose `to_dict()` is the run's metrics.json: what a test, a
+benchmark or a later `--resume` reads, under one set of names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .distributed import is_main_process
+from .errors import RewardError
+from .evaluation import EvalReport, PairedChange, paired_change
+from .preflight import PreflightReport, fit_task, preflight
+from .tasks import RunPlan, Task
+from .training import ADAPTER_DIR, build_trainer, train
+
+log = logging.getLogger("rloo_kit")
+METRICS = "metrics.json"
+BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --resume reuses
+
+
+@dataclass
+class RunReport:
+    """What one run did, in the names metrics.json uses."""
+
+    model: str
+    task: str
+    preset: str
+    device: str
+    config: dict = field(default_factory=dict)  # the RLOO settings that ran: beta, learning rate, K, length...
+    preflight: dict | None = None  # the verdict on the trained setup, the as-asked figures beside it
+    own_task_defaults: list[str] = field(default_factory=list)
+    max_completion_length: int | None = None
+    accuracy_before: float | None = None
+    accuracy_after: float | None = None
+    before: dict | None = None
+    after: dict | None = None
+    paired: dict | None = None
+    steps: int = 0
+    minutes: float | None = None
+    trained: bool = False
+    adapter: str | None = None
+    diagnoses: list[str] = field(default_factory=list)
+    smoke: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        """The run's outcome in a few lines, as the command line prints it."""
+        delta = (f" ({self.accuracy_after - self.accuracy_before:+.2f})"
+                 if None not in (self.accuracy_before, self.accuracy_after) else "")
+        out = [f"held-out accuracy: before {_fmt(self.accuracy_before)} -> after {_fmt(self.accuracy_after)}{delta} · "
+               f"{self.steps} steps in {self.minutes or 0:.1f} min"]
+        if self.paired:
+            out.append(f"  {PairedChange(**self.paired)}")
+        return out
+
+
+class Run:
+    """A run's steps, each a method, in order; the notebook calls them cell by cell, `run()` in one go.
+    `report` gathers what the steps measured."""
+
+    def __init__(self, plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, seed: int = 0,
+                 smoke: bool = False, **overrides):
+        self.plan, self.task, self.model, self.tokenizer = plan, task, model, tokenizer
+        self.out, self.seed, self.overrides = Path(output_dir), seed, overrides
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.report = RunReport(model=plan.model, task=task.name, preset=plan.preset.name, device=plan.hardware.device,
+                                smoke=smoke)
+        self.preflight_report: PreflightReport | None = None
+        self.before: EvalReport | None = None
+        self.after: EvalReport | None = None
+        self.trainer = None
+
+    def preflight(self, n_prompts: int = 32) -> PreflightReport:
+        """Judge the run before training, and fit an open completion length (and brevity) to what it saw."""
+        report = preflight(self.model, self.tokenizer, self.task, preset=self.plan.preset, n_prompts=n_prompts,
+                           seed=self.seed)
+        self.task, notes = fit_task(self.task, report)
+        self.preflight_report, self.report.own_task_defaults = report, notes
+        self.report.preflight = _preflight_summary(report)
+        if is_main_process():
+            (self.out / "preflight.json").write_text(json.dumps(report.to_dict(), indent=2))
+        return report
+
+    def build_trainer(self, **kwargs):
+        """The trainer, with the task's length fixed (its own, the pre-flight's, or the preset's)."""
+        self.task = self.task.for_preset(self.plan.preset)
+        self.trainer = build_trainer(self.model, self.tokenizer, self.task, preset=self.plan.preset,
+                                     output_dir=str(self.out), seed=self.seed, **{**self.overrides, **kwargs})
+        args = self.trainer.args
+        self.report.max_completion_length = self.task.max_completion_length
+        self.report.config = {k: getattr(args, k) for k in (
+            "beta", "learning_rate", "temperature", "num_generations", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "max_completion_length", "max_steps", "seed")}
+        self.report.config.update(lora_r=self.plan.preset.lora_r, lora_alpha=self.plan.preset.lora_alpha,
+                                  patches=list(getattr(self.trainer, "rloo_kit_patches", [])))
+        return self.trainer
+
+    def evaluate_before(self, *, reuse: bool = False) -> EvalReport:
+        """Held-out answers of the model as it is (the adapter starts at zero: the base model). With
+        reuse=True, the answers a first attempt of this run recorded are read back instead of measured."""
+        saved = self.out / BEFORE
+        if reuse and saved.is_file():
+            self.before = EvalReport(**json.loads(saved.read_text()))
+            log.info(f"held-out accuracy before: {self.before.accuracy} as recorded in {saved} (not measured again)")
+        else:
+            self.before = self.task.for_preset(self.plan.preset).evaluate(self.model, self.tokenizer)
+            if is_main_process():
+                saved.write_text(json.dumps(self.before.to_dict()))
+        self.report.accuracy_before, self.report.before = self.before.accuracy, self.before.summary()
+        return self.before
+
+    def train(self, *, resume: bool = False) -> None:
+        start = time.time()
+        train(self.trainer, resume=resume)
+        self.report.minutes = round((time.time() - start) / 60, 2)
+        self.report.steps, self.report.trained = self.trainer.state.global_step, True
+        self.report.adapter = str(self.out / ADAPTER_DIR)
+        monitor = self.trainer.health_monitor
+        self.report.diagnoses = [d.kind for d in monitor.diagnoses] if monitor else []
+
+    def evaluate_after(self) -> EvalReport:
+        self.after = self.task.evaluate(self.trainer.model if self.trainer else self.model, self.tokenizer)
+        change = paired_change(self.before, self.after) if self.before else None
+        self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
+        self.report.paired = None if change is None else change.to_dict()
+        return self.after
+
+    def skip_training(self) -> None:
+        """Record a run the pre-flight stopped: nothing trained, the model unchanged."""
+        self.report.max_completion_length = self.task.for_preset(self.plan.preset).max_completion_length
+        self.report.accuracy_after, self.report.after = self.report.accuracy_before, self.report.before
+
+    def write(self) -> Path:
+        """metrics.json: the report's to_dict(), written by one process."""
+        path = self.out / METRICS
+        if is_main_process():
+            path.write_text(json.dumps(self.report.to_dict(), indent=2))
+        return path
+
+
+def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, preflight_prompts: int = 32,
+        resume: bool = False, force: bool = False, seed: int = 0, **overrides) -> RunReport:
+    """The whole run in one call, as `rloo-kit train` makes it: the pre-flight (skipped on resume and
+    with preflight_prompts=0), accuracy before (reused on resume), training unless the pre-flight says the
+    trained setup cannot learn (force=True trains anyway), accuracy after, metrics.json."""
+    r = Run(plan, task, model, tokenizer, output_dir=output_dir, seed=seed, **overrides)
+    report = r.preflight(preflight_prompts) if preflight_prompts > 0 and not resume else None
+    if report is not None:
+        print(report, flush=True)
+        blocking = [p for p in report.problems if p.kind == "unscored" and p.blocking]
+        if blocking:  # a reward that scores nothing is a bug to fix, not a run to force
+            raise RewardError(blocking[0].message + " " + blocking[0].fix)
+        for note in r.report.own_task_defaults:
+            print(f"own-task default: {note}", flush=True)
+    r.build_trainer(disable_tqdm=True)  # settings that cannot work fail here, before any generation
+    before = r.evaluate_before(reuse=resume)
+    print(f"held-out accuracy before: {_fmt(before.accuracy)} ({len(r.task.test)} prompts, greedy, "
+          f"{r.task.max_completion_length} tokens)", flush=True)
+    if report is not None and not report.ok and not force:
+        r.skip_training()
+        r.write()
+        return r.report
+    r.train(resume=resume)
+    r.evaluate_after()
+    r.write()
+    return r.report
+
+
+def _fmt(accuracy: float | None) -> str:
+    return "n/a (no answer column)" if accuracy is None else f"{accuracy:.2f}"
+
+
+def _preflight_summary(report: PreflightReport) -> dict:
+    """What metrics.json keeps of the pre-flight: the verdict on the trained setup, the as-asked figures."""
+    def figures(setup) -> dict:
+        return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
+                "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
+                "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok}
+
+    return {"ok": report.ok, "verdict": report.verdict, "problems": report.kinds(), "seconds": round(report.seconds, 1),
+            "num_generations": report.num_generations, "probe_length": report.probe_length, "widened_from": report.widened_from, **figures(report.trained),
+            "as_asked": figures(report.asked), "prompts": [asdict(p) for p in report.prompts]}
