@@ -152,6 +152,12 @@ def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, 
     """The whole run in one call, as `rloo-kit train` makes it: the pre-flight (skipped on resume and
     with preflight_prompts=0), accuracy before (reused on resume), training unless the pre-flight says the
     trained setup cannot learn (force=True trains anyway), accuracy after, metrics.json."""
+    room = plan.preset.max_seq_length - (task.max_completion_length or plan.preset.max_completion_length)
+    task, dropped = task.without_long_prompts(tokenizer, room)
+    if dropped:
+        print(f"{dropped} prompt(s) longer than {room} tokens (preset {plan.preset.name}: {plan.preset.max_seq_length}"
+              f"-token sequences, less the completion) were left out; {len(task.train)} train, {len(task.test)} "
+              "held out.", flush=True)
     r = Run(plan, task, model, tokenizer, output_dir=output_dir, seed=seed, **overrides)
     report = r.preflight(preflight_prompts) if preflight_prompts > 0 and not resume else None
     if report is not None:

@@ -115,6 +115,16 @@ class Setup:
                 + ("can learn" if self.ok else "cannot learn"))
 
 
+class _Trained:
+    """A report's figure read from the setup that will be trained (`PreflightReport.trained`)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, report, owner=None):
+        return self if report is None else getattr(report.trained, self.name)
+
+
 @dataclass
 class PreflightReport:
     """What the pre-flight measured. `ok`, `problems` and the figures read at the top level describe the
@@ -142,46 +152,17 @@ class PreflightReport:
         """The setup `fit_task` will train."""
         return self.proposed if self.applies and self.proposed is not None else self.asked
 
-    @property
-    def ok(self) -> bool:
-        """True when nothing blocks learning in the run that will be trained (warnings may stand)."""
-        return self.trained.ok
-
-    @property
-    def problems(self) -> list[Problem]:
-        return self.trained.problems
-
-    @property
-    def max_completion_length(self) -> int:
-        return self.trained.max_completion_length
-
-    @property
-    def zero_spread_fraction(self) -> float:
-        return self.trained.zero_spread_fraction
-
-    @property
-    def truncation_rate(self) -> float:
-        return self.trained.truncation_rate
-
-    @property
-    def flat_fraction(self) -> float:
-        return self.trained.flat_fraction
-
-    @property
-    def pass_rate(self) -> float | None:
-        return self.trained.pass_rate
-
-    @property
-    def prompts(self) -> list[PromptStats]:
-        return self.trained.prompts
-
-    @property
-    def rewards(self) -> list[RewardStats]:
-        return self.trained.rewards
-
-    @property
-    def correlations(self) -> dict[str, float]:
-        return self.trained.correlations
+    # the figures of the run that will be trained, read as report.ok, report.problems, ...
+    ok = _Trained()  # True when nothing blocks learning there (warnings may stand)
+    problems = _Trained()
+    max_completion_length = _Trained()
+    zero_spread_fraction = _Trained()
+    flat_fraction = _Trained()
+    truncation_rate = _Trained()
+    pass_rate = _Trained()
+    prompts = _Trained()
+    rewards = _Trained()
+    correlations = _Trained()
 
     @property
     def verdict(self) -> str:

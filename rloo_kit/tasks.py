@@ -55,6 +55,24 @@ class Task:
         weights = self.reward_weights or (1.0,) * len(self.reward_funcs)
         return self.replace(reward_funcs=(*self.reward_funcs, fn), reward_weights=(*weights, weight))
 
+    def without_long_prompts(self, tokenizer, max_tokens: int) -> tuple[Task, int]:
+        """This task less the rows whose prompt, in the chat template, runs past `max_tokens` (TRL would
+        cut them from the left, dropping the question's start in silence), and how many went."""
+        def fits(rows: Dataset) -> list[int]:
+            texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False,
+                                                                                 add_generation_prompt=True)
+                     for p in rows["prompt"]]
+            lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+            return [i for i, n in enumerate(lengths) if n <= max_tokens]
+
+        keep_train, keep_test = fits(self.train), fits(self.test)
+        dropped = len(self.train) - len(keep_train) + len(self.test) - len(keep_test)
+        if not keep_train or not keep_test:
+            raise DataError(f"Every {'training' if not keep_train else 'held-out'} prompt of task '{self.name}' is "
+                            f"longer than {max_tokens} tokens, the room a prompt has in this preset's sequences. "
+                            "Shorten the prompts, or choose a preset with longer sequences (rloo-kit presets).")
+        return self.replace(train=self.train.select(keep_train), test=self.test.select(keep_test)), dropped
+
     def trainer_overrides(self) -> dict:
         """The RLOOConfig fields this task decides: reward weights and completion length."""
         out = {}

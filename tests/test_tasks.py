@@ -96,3 +96,16 @@ def test_a_file_task_never_holds_out_a_prompt_it_trains_on(tmp_path):
     held_out = {key(p) for p in task.test["prompt"]}
     assert not held_out & {key(p) for p in task.train["prompt"]}
     assert len(task.train) == sum(" ".join(r["prompt"].lower().split()) not in held_out for r in rows)  # the rest stay
+
+
+def test_prompts_too_long_for_the_preset_are_left_out_and_counted(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    task = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)
+    long_row = {"prompt": [{"role": "user", "content": "word " * 5000}], "answer": "1"}
+    task = task.replace(train=task.train.add_item(long_row), test=task.test.add_item(long_row))
+    kept, dropped = task.without_long_prompts(tok, 200)
+    assert dropped == 2 and len(kept.train) == 20 and len(kept.test) == 4
+    with pytest.raises(rloo_kit.DataError, match="longer than 5 tokens"):
+        task.without_long_prompts(tok, 5)
