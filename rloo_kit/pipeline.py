@@ -16,13 +16,14 @@ from pathlib import Path
 from .distributed import is_main_process
 from .errors import RewardError
 from .evaluation import EvalReport, PairedChange, paired_change
-from .preflight import PreflightReport, fit_task, preflight
+from .preflight import PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
 from .training import ADAPTER_DIR, build_trainer, train
 
 log = logging.getLogger("rloo_kit")
 METRICS = "metrics.json"
 BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --resume reuses
+FIT = "fit.json"  # the completion length (and brevity) the pre-flight chose, which --resume trains again
 
 
 @dataclass
@@ -88,7 +89,16 @@ class Run:
         self.report.preflight = _preflight_summary(report)
         if is_main_process():
             (self.out / "preflight.json").write_text(json.dumps(report.to_dict(), indent=2))
+            fitted = report.brevity_max_chars if report.applies else None
+            (self.out / FIT).write_text(json.dumps({"max_completion_length": self.task.max_completion_length,
+                                                    "brevity_max_chars": fitted}))
         return report
+
+    def refit(self) -> None:
+        """A resumed run trains the setup its first attempt's pre-flight chose (recorded in fit.json)."""
+        saved = self.out / FIT
+        if saved.is_file() and self.task.max_completion_length is None:
+            self.task = refit(self.task, **json.loads(saved.read_text()))
 
     def build_trainer(self, **kwargs):
         """The trainer, with the task's length fixed (its own, the pre-flight's, or the preset's)."""
@@ -160,6 +170,8 @@ def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, 
               "held out.", flush=True)
     r = Run(plan, task, model, tokenizer, output_dir=output_dir, seed=seed, **overrides)
     report = r.preflight(preflight_prompts) if preflight_prompts > 0 and not resume else None
+    if resume:
+        r.refit()
     if report is not None:
         print(report, flush=True)
         blocking = [p for p in report.problems if p.kind == "unscored" and p.blocking]
@@ -193,5 +205,6 @@ def _preflight_summary(report: PreflightReport) -> dict:
                 "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok}
 
     return {"ok": report.ok, "verdict": report.verdict, "problems": report.kinds(), "seconds": round(report.seconds, 1),
-            "num_generations": report.num_generations, "probe_length": report.probe_length, "widened_from": report.widened_from, **figures(report.trained),
-            "as_asked": figures(report.asked), "prompts": [asdict(p) for p in report.prompts]}
+            "num_generations": report.num_generations, "probe_length": report.probe_length,
+            "widened_from": report.widened_from, **figures(report.trained), "as_asked": figures(report.asked),
+            "prompts": [asdict(p) for p in report.prompts]}

@@ -516,12 +516,20 @@ def fit_task(task: Task, report: PreflightReport) -> tuple[Task, list[str]]:
     `report.trained`, with the reasons in words. A task with its own length is returned as it is."""
     if task.max_completion_length is not None:
         return task, []
-    task = task.replace(max_completion_length=report.max_completion_length)
-    if not (report.applies and report.proposed is not None):
-        return task, []
-    if report.brevity_max_chars is not None:
-        task = task.with_reward(brevity(max_chars=report.brevity_max_chars), BREVITY_WEIGHT)
+    applied = report.applies and report.proposed is not None
+    task = refit(task, report.max_completion_length, report.brevity_max_chars if applied else None)
     asked = report.asked
     return task, [f"{change}: at {asked.max_completion_length} tokens {asked.truncation_rate:.0%} of completions were "
                   f"cut; 90% of those that end need {report.needed_lengths.get('p90')} tokens"
-                  for change in report.adjustments]
+                  for change in (report.adjustments if applied else [])]
+
+
+def refit(task: Task, max_completion_length: int, brevity_max_chars: int | None = None) -> Task:
+    """An open-length task at the length (and with the brevity reward) a pre-flight chose: what
+    `fit_task` does, and what a resumed run does again from the choice its first attempt recorded."""
+    if task.max_completion_length is not None:
+        return task
+    task = task.replace(max_completion_length=max_completion_length)
+    if brevity_max_chars is not None:
+        task = task.with_reward(brevity(max_chars=brevity_max_chars), BREVITY_WEIGHT)
+    return task

@@ -1,0 +1,28 @@
+"""The one pipeline behind `rloo-kit train`, notebook 01 and `make demo`: its report is metrics.json, and a
+resumed run trains the setup its first attempt's pre-flight chose, reusing the accuracy measured before."""
+
+import json
+
+import rloo_kit.cli as cli
+from rloo_kit.pipeline import RunReport
+
+
+def test_a_resumed_file_task_keeps_its_fitted_length_and_its_accuracy_before(tiny_model_dir, tmp_path, caplog):
+    data = tmp_path / "task.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say {i}.", "answer": str(i)}) + "\n" for i in range(20)))
+    out = tmp_path / "run"
+    common = ["--model", str(tiny_model_dir), "--preset", "cpu", "--task", "file", "--path", str(data),
+              "--output-dir", str(out), "--batch-size", "4", "--num-generations", "2", "--n-test", "4",
+              "--save-steps", "1"]
+    assert cli.main(["train", *common, "--max-steps", "2", "--preflight-prompts", "4", "--force"]) == 0
+    first = json.loads((out / "metrics.json").read_text())
+    assert RunReport(**first).to_dict() == first  # metrics.json is the report, field for field
+    fitted = json.loads((out / "fit.json").read_text())
+    assert first["max_completion_length"] == fitted["max_completion_length"] > 16  # a random model never ends
+    assert first["config"]["max_completion_length"] == first["max_completion_length"]
+    caplog.clear()
+    assert cli.main(["train", *common, "--max-steps", "3", "--resume"]) == 0
+    again = json.loads((out / "metrics.json").read_text())
+    assert again["steps"] == 3 and again["max_completion_length"] == first["max_completion_length"]
+    assert again["accuracy_before"] == first["accuracy_before"] and again["before"] == first["before"]
+    assert "as recorded in" in caplog.text  # read back, not measured again
