@@ -1,36 +1,32 @@
 """rloo-kit: RLOO fine-tuning of small language models with LoRA, notebook first.
 
 The flow, one module each: hardware -> presets (sized by memory) -> models (+LoRA, from sources) ->
-tasks (data + rewards + evaluation) -> preflight -> training (+diagnostics, live view) -> plots.
+tasks (data + rewards + evaluation) -> preflight -> pipeline (training, diagnostics, live view) -> plots
+-> export; reward_models makes rewards from preferences.
+
+`import rloo_kit` loads none of torch, transformers or TRL, and changes no library: each name below is
+imported from its module on first use (PEP 562), and the kit's patches apply when a trainer is built.
+So `rloo-kit --help` answers at once, and a library the kit patches stays as it was until then.
 """
 
+import importlib as _importlib
 import logging as _logging
 import sys as _sys
 
-# bitsandbytes, on CPUs with AVX512-BF16, tries to fetch an optional 4-bit kernel from the hub at import and
-# warns when it cannot; its plain CPU kernel is used either way, so a newcomer's first screen need not say so.
-_logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
-
-from .data import arithmetic_task, load_gsm8k, load_local
-from .diagnostics import Diagnosis, HealthMonitor, Thresholds
 from .errors import (
     ConfigError,
     DataError,
+    ExportError,
     GPUOutOfMemoryError,
     ModelSourceError,
     ModelTooLargeError,
     RewardError,
     RlooKitError,
 )
-from .evaluation import compare, evaluate, evaluate_base_and_adapter, paired_change, pass_at_k
-from .hardware import Hardware, detect_hardware
-from .memory import ModelShape, estimate_memory
-from .models import attach_lora, load_adapter, load_model, merge_and_save, save_adapter
-from .preflight import PreflightReport, preflight
-from .presets import Preset, get_preset, list_presets, make_config, pick_preset
-from .sources import DEFAULT_MODEL, fetch_model
-from .tasks import Task, load_task, plan_run
-from .training import build_trainer, train
+
+# bitsandbytes, on CPUs with AVX512-BF16, tries to fetch an optional 4-bit kernel from the hub at import and
+# warns when it cannot; its plain CPU kernel is used either way, so a newcomer's first screen need not say so.
+_logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 
 __version__ = "0.1.0"
 
@@ -42,12 +38,36 @@ if not _log.handlers:  # plain-words messages in notebooks and terminals, withou
     _log.setLevel(_logging.INFO)
     _log.propagate = False
 
-__all__ = [
-    "DEFAULT_MODEL", "ConfigError", "DataError", "Diagnosis", "GPUOutOfMemoryError", "Hardware", "HealthMonitor",
-    "ModelShape", "ModelSourceError", "ModelTooLargeError", "PreflightReport", "Preset", "RewardError", "RlooKitError",
-    "Task", "Thresholds", "load_task", "plan_run", "preflight",
-    "arithmetic_task", "attach_lora", "build_trainer", "compare", "detect_hardware", "estimate_memory",
-    "evaluate", "evaluate_base_and_adapter", "fetch_model", "get_preset", "list_presets", "load_adapter",
-    "load_gsm8k", "load_local", "load_model", "make_config", "merge_and_save", "paired_change", "pass_at_k",
-    "pick_preset", "save_adapter", "train",
-]
+_EXPORTS = {  # name -> the module that defines it
+    "data": ("arithmetic_task", "load_gsm8k", "load_local"),
+    "diagnostics": ("Diagnosis", "HealthMonitor", "Thresholds"),
+    "evaluation": ("compare", "evaluate", "evaluate_base_and_adapter", "paired_change", "pass_at_k"),
+    "export": ("export_gguf", "export_merged", "push_to_hub", "verify_gguf"),
+    "hardware": ("Hardware", "detect_hardware"),
+    "memory": ("ModelShape", "estimate_memory"),
+    "models": ("attach_lora", "load_adapter", "load_model", "merge_and_save", "save_adapter"),
+    "pipeline": ("Run", "RunReport"),
+    "preflight": ("PreflightReport", "preflight"),
+    "presets": ("Preset", "RewardModelPreset", "get_preset", "list_presets", "make_config", "pick_preset"),
+    "reward_models": ("GoldMonitor", "load_reward_model", "train_reward_model"),
+    "sources": ("DEFAULT_MODEL", "fetch_model"),
+    "tasks": ("Task", "load_task", "plan_run"),
+    "training": ("build_trainer", "train"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = ["ConfigError", "DataError", "ExportError", "GPUOutOfMemoryError", "ModelSourceError",
+           "ModelTooLargeError", "RewardError", "RlooKitError", *_MODULE_OF]
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rloo_kit' has no attribute '{name}'")
+    value = getattr(_importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

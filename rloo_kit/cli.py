@@ -213,7 +213,6 @@ def _check_output_dir(args) -> Path:
 def cmd_train(args) -> int:
     from .distributed import world_size
     from .pipeline import run
-
     from .recipes import dump, recipe_of
 
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
@@ -330,11 +329,9 @@ def cmd_export(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .models import BACKENDS
-    from .presets import PRESETS
-    from .reward_models import RewardModelPreset
+    from .choices import BACKENDS, TASKS
+    from .presets import PRESETS, RewardModelPreset
     from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
-    from .tasks import TASKS
 
     p = argparse.ArgumentParser(prog="rloo-kit", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)

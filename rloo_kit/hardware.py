@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 GIB = 1024**3
 CPU_DTYPE_ENV = "RLOO_KIT_CPU_DTYPE"  # "auto" (default), "bf16" or "fp32"
@@ -30,6 +33,8 @@ class Hardware:
 
 def detect_hardware() -> Hardware:
     """Describe the first CUDA GPU if there is one, else the CPU (Apple's MPS is reported but trains as CPU)."""
+    import torch
+
     cpus = os.cpu_count() or 1
     if torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info(0)
@@ -64,6 +69,8 @@ class CpuCompute:
 
     @property
     def dtype(self) -> torch.dtype:
+        import torch
+
         return torch.bfloat16 if self.bf16 else torch.float32
 
     def describe(self) -> str:
@@ -129,6 +136,8 @@ _BF16_OK: bool | None = None
 
 def _bf16_matmul_ok() -> bool:
     """oneDNN is there and a (64x256)(256x64) bf16 product matches fp32 to bf16 precision (once per process)."""
+    import torch
+
     global _BF16_OK
     if _BF16_OK is None:
         try:

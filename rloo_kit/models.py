@@ -10,16 +10,13 @@ from pathlib import Path
 
 import torch
 
-from .attention import use_cpu_attention
-from .compat import contiguous_lm_head_input
+from .choices import BACKENDS
 from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
-from .norms import use_fused_rms_norm
+from .patches import patch_model
 from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
 from .sources import ALIASES, DEFAULT_MODEL, resolve_source
-
-BACKENDS = ("auto", "unsloth", "transformers")
 
 
 def unsloth_available() -> bool:
@@ -56,7 +53,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     except OSError as e:
         raise _explain_load_failure(name_or_path, source, e) from e
     model._rloo_kit_backend = backend
-    apply_speed_fixes(model)
+    patch_model(model)  # the LM head's input; on a CPU in bf16, grouped attention and fused RMSNorm
     alias = ALIASES.get(name_or_path)
     if alias and tok.eos_token != alias.eos_token:  # the hub copy already has these; a GGUF build may not
         tok.eos_token, tok.pad_token = alias.eos_token, alias.pad_token
@@ -64,17 +61,6 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # generation pads on the left
     return model, tok
-
-
-def apply_speed_fixes(model, device: str | None = None) -> None:
-    """What every model gets, loaded by the kit or handed to `build_trainer` (idempotent): a contiguous input
-    for the LM head (`compat.contiguous_lm_head_input`) and, when it runs on a CPU (`device`, by default where
-    it is) in bf16, `attention.grouped_attention` in place of PyTorch's SDPA, slow there at RLOO's short
-    sequences, and one fused kernel for each RMSNorm (`norms`)."""
-    contiguous_lm_head_input(model)
-    if (device or model.device.type) == "cpu" and model.dtype == torch.bfloat16:
-        use_cpu_attention(model)
-        use_fused_rms_norm(model)
 
 
 def _load_transformers(source: str, load_in_4bit: bool, hw: Hardware, trust_remote_code: bool):

@@ -19,8 +19,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from .errors import ConfigError, ModelSourceError
 from .hardware import hub_reachable
 
@@ -105,6 +103,7 @@ def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token
     """De-quantize a GGUF checkpoint into a plain safetensors directory that any loader (and the
     Trainer) accepts. transformers refuses to save or train the GGUF-loaded model itself, so the
     weights are copied into a model built from its config without the quantization entry."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     gguf_file, out_dir = Path(gguf_file), Path(out_dir)

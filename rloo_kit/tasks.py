@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
+from .choices import TASKS
 from .data import N_TEST, arithmetic_task, load_gsm8k, load_local
 from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
@@ -21,7 +22,6 @@ from .presets import Preset, resolve_preset
 from .rewards import RewardFunc, brevity, correct_answer
 from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
-TASKS = ("arithmetic", "gsm8k", "file")
 log = logging.getLogger("rloo_kit")
 DEFAULT_EVAL_LENGTH = 256  # tokens, for a task evaluated before any preset fixed its length
 

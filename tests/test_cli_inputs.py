@@ -58,10 +58,10 @@ def test_a_file_in_another_encoding(tripwire, capsys, tmp_path, tiny_model_dir):
 
 
 def test_a_utf8_byte_order_mark_is_accepted():
-    from rloo_kit.data import load_local
-
     import tempfile
     from pathlib import Path
+
+    from rloo_kit.data import load_local
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "bom.csv"
@@ -128,3 +128,15 @@ def test_a_reward_file_is_checked_on_rows_before_loading(tripwire, capsys, tmp_p
 def test_a_preflight_of_no_prompts_is_refused(tripwire, capsys, tmp_path, tiny_model_dir):
     code = cli.main(["preflight", "--model", str(tiny_model_dir), "--preflight-prompts", "0"])
     assert code == 2 and "nothing to sample" in capsys.readouterr().err
+
+
+def test_help_and_argument_errors_load_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, rloo_kit, rloo_kit.cli as cli\n"
+            "try:\n    cli.main(['train', '--max-steps', 'abc'])\nexcept SystemExit as e:\n    assert e.code == 2\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert "invalid int value: 'abc'" in done.stderr
