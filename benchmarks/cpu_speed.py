@@ -5,8 +5,8 @@ Same model, task, preset (cpu), seed and step count; then held-out greedy accura
 
     .venv/bin/python benchmarks/cpu_speed.py [--steps 30] [--model smollm2-135m] [--learning-seeds 1 2]
 
-  legacy  RLOO_KIT_CPU_DTYPE=fp32 and rloo_kit.compat's 0.1 path: fp32 weights, log-softmax over the
-          vocabulary through autograd in fp32, TRL's separate no-grad policy pass
+  legacy  RLOO_KIT_CPU_DTYPE=fp32 and 0.1's log-prob path (benchmarks/legacy.py): fp32 weights, log-softmax
+          over the vocabulary through autograd in fp32, TRL's separate no-grad policy pass
   fast    the default: bf16 base weights where the CPU has native bf16 (hardware.cpu_compute; fp32 LoRA
           weights and Adam states), the chunked log-prob function, the scoring forward reused by the loss,
           grouped attention (rloo_kit.attention), and rloo_kit.cpu_step: bf16 LoRA compute; while
@@ -40,17 +40,15 @@ PROTOCOL = "@@"  # worker lines for the parent start with this; everything else 
 
 def worker(path: str, steps: int, model_name: str, seed: int, n_test: int, lockstep: bool) -> None:
     import torch
+    from legacy import SKIP, use_legacy_log_probs
     from transformers import TrainerCallback
 
     import rloo_kit
-    from rloo_kit import compat
     from rloo_kit.tasks import load_task
 
     def say(**msg):
         print(PROTOCOL + json.dumps(msg), flush=True)
 
-    if path == "legacy":
-        compat._LEGACY = True  # the 0.1 log-prob path, and no reuse of the scoring forward
     task = load_task("arithmetic", n_train=steps * 16, n_test=n_test, seed=seed)
     model, tok = rloo_kit.load_model(model_name, preset="cpu")
     model = rloo_kit.attach_lora(model, preset="cpu", seed=seed)
@@ -75,7 +73,10 @@ def worker(path: str, steps: int, model_name: str, seed: int, n_test: int, locks
     clock = Lockstep()
     trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir=f"runs/bench-cpu-speed-{path}",
                                      max_steps=steps, save_strategy="no", disable_tqdm=True, seed=seed,
-                                     callbacks=[clock], monitor=False, live=False)
+                                     callbacks=[clock], monitor=False, live=False,
+                                     skip_patches=SKIP if path == "legacy" else ())
+    if path == "legacy":
+        use_legacy_log_probs()  # the 0.1 log-prob path, and (SKIP) no reuse of the scoring forward
     weights = {str(p.dtype).replace("torch.", "") for n, p in trainer.model.named_parameters() if "lora_" not in n}
     lora = {str(p.dtype).replace("torch.", "") for n, p in trainer.model.named_parameters() if "lora_" in n}
     trainer.train()

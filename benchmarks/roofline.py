@@ -304,14 +304,13 @@ def main() -> None:
     if a.path == "legacy":
         os.environ["RLOO_KIT_CPU_DTYPE"] = "fp32"
     from common import load_note, stamp, write
+    from legacy import SKIP, use_legacy_log_probs
 
     import rloo_kit
-    from rloo_kit import compat
     from rloo_kit.cpu_step import packing_available
     from rloo_kit.hardware import cpu_compute
     from rloo_kit.tasks import load_task
 
-    compat._LEGACY = a.path == "legacy"
     peak = peaks(a.peak_seconds)
     print(peak, flush=True)
     task = load_task("arithmetic", n_train=a.steps * 16, seed=a.seed)
@@ -323,7 +322,10 @@ def main() -> None:
     # no per-token work, where `min_new_tokens`' logits processors cost ~1% of the step
     trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir="runs/bench-roofline",
                                      max_steps=a.steps, save_strategy="no", disable_tqdm=True, seed=a.seed,
-                                     monitor=False, live=False, generation_kwargs={"eos_token_id": []})
+                                     monitor=False, live=False, generation_kwargs={"eos_token_id": []},
+                                     skip_patches=SKIP if a.path == "legacy" else ())
+    if a.path == "legacy":
+        use_legacy_log_probs()
     clock = PhaseClock()
     bf16 = cpu_compute().bf16 and a.path == "fast"
     shapes = instrument(trainer, clock, base, torch.bfloat16 if bf16 else torch.float32, a.step_peak_seconds)

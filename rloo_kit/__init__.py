@@ -12,6 +12,7 @@ So `rloo-kit --help` answers at once, and a library the kit patches stays as it 
 import importlib as _importlib
 import logging as _logging
 import sys as _sys
+import types as _types
 
 from .errors import (
     ConfigError,
@@ -71,3 +72,16 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(_types.ModuleType):
+    """`rloo_kit.preflight` stays the function when its module, of the same name, is imported: the import
+    system sets a package's attribute to each submodule it loads, which would hide the function."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, _types.ModuleType) and _MODULE_OF.get(name) == name:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

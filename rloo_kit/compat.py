@@ -1,4 +1,5 @@
-"""Small shims over gaps in the pinned libraries, each applied once and only where needed.
+"""Patches over gaps in the pinned TRL, each applied once and only where needed, by `rloo_kit.patches`
+(never at import).
 
 TRL 1.15's RLOOTrainer computes per-token log-probabilities through a Triton kernel
 (`trl.kernels.ChunkedLogProbFunction`) on every device. Triton has no CPU driver, so on a CPU
@@ -25,7 +26,6 @@ from __future__ import annotations
 import types
 
 import torch
-import trl.trainer.utils as trl_utils
 
 # Tokens per projection: fp32 logit tiles of at most 24 MiB (128 tokens of SmolLM2's 49k vocabulary). glibc
 # maps each allocation over 32 MiB fresh from the kernel, so larger tiles page-fault on every elementwise
@@ -34,7 +34,6 @@ import trl.trainer.utils as trl_utils
 # are kept between chunks and calls (`_tile`), and the bound also caps the memory they hold.
 _TILE_BYTES = 24 * 2**20
 _TOKEN_CHUNK: int | None = None  # tests set a fixed number of tokens
-_LEGACY = False  # benchmarks/cpu_speed.py: True restores the fp32, autograd-through-log_softmax path of 0.1
 
 
 def _chunk(vocab: int) -> int:
@@ -44,7 +43,7 @@ def _chunk(vocab: int) -> int:
 class TorchChunkedLogProb:
     """Drop-in for `ChunkedLogProbFunction.apply` that runs anywhere (same arguments, same outputs)."""
 
-    cuda_kernel = trl_utils._ChunkedLogProbFunction  # None when Triton could not be imported
+    cuda_kernel = None  # TRL's kernel, kept by `patch_trl_for_cpu` (None when Triton could not be imported)
 
     @classmethod
     def apply(cls, hidden, weight, bias, targets, temperature, chunk_size, softcap=None, logit_scale=1.0,
@@ -52,8 +51,6 @@ class TorchChunkedLogProb:
         if cls.cuda_kernel is not None and hidden.device.type in ("cuda", "xpu"):
             return cls.cuda_kernel.apply(hidden, weight, bias, targets, temperature, chunk_size, softcap,
                                          logit_scale, outputs)
-        if _LEGACY:
-            return _legacy_apply(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs)
         return _ChunkedLogProb.apply(hidden, weight, bias, targets, temperature, softcap, logit_scale,
                                      tuple(outputs))
 
@@ -192,31 +189,6 @@ class _ChunkedLogProb(torch.autograd.Function):
                 None if grad_b is None else grad_b.to(bias.dtype), None, None, None, None, None)
 
 
-def _legacy_apply(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs):
-    """The 0.1 path, kept for side-by-side benchmarks: fp32 logits through autograd, 1024 tokens at a time."""
-    chunk = 1024
-    pieces = [_legacy_chunk(hidden[i:i + chunk], weight, bias, targets[i:i + chunk], temperature, softcap,
-                            logit_scale, outputs) for i in range(0, hidden.shape[0], chunk)] or [
-        _legacy_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs)]
-    return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*pieces, strict=True))
-
-
-def _legacy_chunk(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs):
-    z = torch.nn.functional.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
-    z = z * logit_scale
-    if softcap is not None:
-        z = softcap * torch.tanh(z / softcap)
-    z = z / temperature
-    logp = torch.log_softmax(z, dim=-1)
-    logprobs = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1) if "entropy" in outputs else None
-    with torch.no_grad():
-        log_sum_sq = torch.logsumexp(2 * logp, dim=-1) if "log_sum_sq_probs" in outputs else None
-        mean_logits = z.mean(-1) if "mean_logits" in outputs else None
-        is_top1 = (z.argmax(-1) == targets) if "is_top1" in outputs else None
-    return logprobs, entropy, log_sum_sq, mean_logits, is_top1
-
-
 def contiguous_lm_head_input(model) -> None:
     """Give the LM head a contiguous input (a copy of a few rows; a no-op when already contiguous). Idempotent."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -227,8 +199,13 @@ def contiguous_lm_head_input(model) -> None:
 
 
 def patch_trl_for_cpu() -> None:
-    """Route TRL's fused LM head through `TorchChunkedLogProb` (idempotent)."""
-    trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    """Route TRL's fused LM head through `TorchChunkedLogProb`, keeping TRL's kernel for CUDA (idempotent).
+    Process-wide: TRL reads the name at every call. The door (`rloo_kit.patches`) applies it, never an import."""
+    import trl.trainer.utils as trl_utils
+
+    if trl_utils._ChunkedLogProbFunction is not TorchChunkedLogProb:
+        TorchChunkedLogProb.cuda_kernel = trl_utils._ChunkedLogProbFunction
+        trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
 
 
 def reuse_policy_forward(trainer) -> bool:
@@ -242,7 +219,7 @@ def reuse_policy_forward(trainer) -> bool:
     args = trainer.args
     if (getattr(args, "num_iterations", 1) != 1 or (getattr(args, "steps_per_generation", None) or 1) != 1
             or args.gradient_checkpointing or trainer.accelerator.device.type != "cpu"
-            or getattr(trainer, "use_vllm", False) or getattr(trainer, "_rloo_kit_reuse", False) or _LEGACY):
+            or getattr(trainer, "use_vllm", False) or getattr(trainer, "_rloo_kit_reuse", False)):
         return False
     compute = trainer._get_per_token_logps_and_entropies  # the bound method, possibly already wrapped
     kept: dict = {}

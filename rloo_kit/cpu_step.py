@@ -1,4 +1,5 @@
 """TRL's RLOO step made faster on a CPU with bf16 base weights, where small operations, not FLOPs, bound it.
+Two patches, applied by `rloo_kit.patches`: `bf16_step` (the first point) and `lean_sampler` (the second).
 
 - bf16 LoRA compute. PEFT runs each adapter in its weights' dtype (fp32, which the optimizer needs), so
   every adapted matrix casts its bf16 input to fp32 and its output back, in every forward and backward.
@@ -321,21 +322,26 @@ def shared_prompts(model: torch.nn.Module) -> Iterator[None]:
         yield
 
 
-def speed_up_cpu_step(trainer) -> bool:
-    """On a CPU, with a bf16 base model under LoRA and plain transformers generation: run the step under
-    bf16 autocast without PEFT's input casts, and sample with packed base weights, the lean LoRA forward,
-    each distinct prompt read once and the cheaper draw. Returns whether it was installed (once per trainer)."""
-    from . import compat
-
+def _bf16_cpu_lora_model(trainer):
+    """The trainer's PEFT model when its step runs on a CPU on a bf16 base with transformers generation, else
+    None: what the bf16 step and the lean sampler are for."""
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if (trainer.accelerator.device.type != "cpu" or compat._LEGACY or getattr(trainer, "use_vllm", False)
+    if (trainer.accelerator.device.type != "cpu" or getattr(trainer, "use_vllm", False)
             or getattr(trainer, "use_transformers_continuous_batching", False) or not hasattr(model, "peft_config")
-            or model.get_base_model().dtype != torch.bfloat16 or getattr(trainer, "_rloo_kit_cpu_step", False)):
+            or model.get_base_model().dtype != torch.bfloat16):
+        return None
+    return model
+
+
+def lean_sampler(trainer) -> bool:
+    """Sample with packed base weights, the lean LoRA forward, each distinct prompt read once and the cheaper
+    draw, in inference mode and without the step's autocast. Returns whether it was installed (once per trainer)."""
+    model = _bf16_cpu_lora_model(trainer)
+    if model is None or getattr(trainer, "_rloo_kit_sampler", False):
         return False
     pack_frozen_weights(model)
-    packed, layers = packed_modules(model), tuner_layers(model)  # found once: the step enters these every time
-    reference_switch = [(model, _no_grad_disable_adapter(model, layers))]
-    generate, training_step = trainer._generate_single_turn, trainer.training_step
+    packed, layers = packed_modules(model), tuner_layers(model)  # found once: sampling enters these every time
+    generate = trainer._generate_single_turn
 
     def generate_single_turn(self, *args, **kwargs):
         # inference mode: TRL returns the completions as lists, so no tensor of it reaches autograd
@@ -344,13 +350,35 @@ def speed_up_cpu_step(trainer) -> bool:
               categorical_sampling(), packed_weights(model, packed), lean_lora(model, layers), shared_prompts(model)):
             return generate(*args, **kwargs)
 
+    trainer._generate_single_turn = types.MethodType(generate_single_turn, trainer)
+    trainer._rloo_kit_sampler = True
+    return True
+
+
+def bf16_step(trainer) -> bool:
+    """Run the training step under bf16 autocast without PEFT's input casts, LoRA's product in one `addmm`, the
+    reference pass on the weights `lean_sampler` packed (if it did) and switching only the LoRA layers. Returns
+    whether it was installed (once per trainer)."""
+    model = _bf16_cpu_lora_model(trainer)
+    if model is None or getattr(trainer, "_rloo_kit_bf16_step", False):
+        return False
+    packed, layers = packed_modules(model), tuner_layers(model)
+    reference_switch = [(model, _no_grad_disable_adapter(model, layers))]
+    training_step = trainer.training_step
+
     def bf16_training_step(self, *args, **kwargs):
         with (torch.autocast("cpu", dtype=torch.bfloat16), input_casts(model, False, layers),
               packed_weights(model, packed), lean_lora_training(model, layers),
               _overriding("disable_adapter", reference_switch)):
             return training_step(*args, **kwargs)
 
-    trainer._generate_single_turn = types.MethodType(generate_single_turn, trainer)
     trainer.training_step = types.MethodType(bf16_training_step, trainer)
-    trainer._rloo_kit_cpu_step = True
+    trainer._rloo_kit_bf16_step = True
     return True
+
+
+def speed_up_cpu_step(trainer) -> bool:
+    """`lean_sampler` and `bf16_step` together, as `build_trainer` applies them (for a trainer built by hand).
+    Returns whether either was installed."""
+    sampler = lean_sampler(trainer)
+    return bf16_step(trainer) or sampler

@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 log = logging.getLogger("rloo_kit")
 
-KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation")
+KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation", "reward_hacking")
 
 
 @dataclass
@@ -43,6 +43,15 @@ class Thresholds:
     zero_std_frac: float = 0.9
     # truncation: the share of completions cut at max_completion_length
     clipped_ratio: float = 0.5
+    # reward_hacking (needs a held-back gold scorer, reward_models.GoldMonitor, logging gold/mean beside the proxy):
+    # gold below its best by gold_drop x max(|best|, gold_floor) for gold_patience measurements in a row while the
+    # proxy is above its level at the best; or no new gold best for gold_stall measurements while the proxy rose
+    # and KL grew kl_hack_growth times its level at the best (floored at kl_floor).
+    gold_drop: float = 0.15
+    gold_floor: float = 0.2
+    gold_patience: int = 2
+    gold_stall: int = 3
+    kl_hack_growth: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,37 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     clipped = [h.get("completions/clipped_ratio") for h in recent]
     if len(recent) == t.patience and all(c is not None and c >= t.clipped_ratio for c in clipped):
         found["truncation"] = {"clipped_ratio": clipped[-1]}
+    hacking = _reward_hacking(history, t)
+    if hacking:
+        found["reward_hacking"] = hacking
     return found
+
+
+def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
+    """The proxy (the trained-on reward, `proxy/mean`, else the step's `reward`) still rising while a held-back gold
+    score (`gold/mean`) falls from its best, or stalls while the KL to the reference grows."""
+    points = [h for h in history if h.get("gold/mean") is not None]
+    if len(points) < max(3, t.gold_patience + 1):
+        return None
+    gold = [h["gold/mean"] for h in points]
+    best = max(range(len(gold)), key=gold.__getitem__)  # the first best
+
+    def proxy(h):
+        return h.get("proxy/mean", h.get("reward"))
+
+    last, at_best = points[-1], points[best]
+    if proxy(last) is None or proxy(at_best) is None or proxy(last) <= proxy(at_best):
+        return None
+    ev = {"best_step": at_best["step"], "gold_best": round(gold[best], 4), "gold_now": round(gold[-1], 4),
+          "proxy_at_best": round(proxy(at_best), 4), "proxy_now": round(proxy(last), 4), "step_now": last["step"]}
+    drop = t.gold_drop * max(abs(gold[best]), t.gold_floor)
+    if best < len(gold) - t.gold_patience and all(g < gold[best] - drop for g in gold[-t.gold_patience:]):
+        return {**ev, "sign": "gold_falls"}
+    kl_best, kl_now = at_best.get("kl"), last.get("kl")
+    if (best <= len(gold) - 1 - t.gold_stall and kl_best is not None and kl_now is not None
+            and kl_now > t.kl_hack_growth * max(kl_best, t.kl_floor)):
+        return {**ev, "sign": "kl_grows", "kl_at_best": round(kl_best, 4), "kl_now": round(kl_now, 4)}
+    return None
 
 
 def _advice(kind: str, ev: dict, args) -> tuple[str, str]:
@@ -166,14 +205,39 @@ def _advice(kind: str, ev: dict, args) -> tuple[str, str]:
                 f"if the task is too hard, make it easier or give partial credit; raise temperature {temp:g} -> "
                 f"{min(temp + 0.3, 1.5):g} and num_generations {g} -> {2 * g}. If the reward is at its maximum, "
                 "the task is solved: stop.")
+    if kind == "reward_hacking":
+        return _hacking_advice(ev, args, beta)
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
             "no final answer to score.",
             f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or add "
             "rloo_kit.rewards.brevity() with a small weight.")
 
 
+def _hacking_advice(ev: dict, args, beta: float | None) -> tuple[str, str]:
+    """Reward hacking in the run's numbers: the best gold step to keep, beta raised, better preferences."""
+    step = ev["best_step"]
+    if ev["sign"] == "gold_falls":
+        what = (f"the held-back gold score fell from {ev['gold_best']:g} at step {step} to {ev['gold_now']:g} at step "
+                f"{ev['step_now']}")
+    else:
+        what = (f"the held-back gold score has not improved since step {step} ({ev['gold_best']:g}, now "
+                f"{ev['gold_now']:g}) while the KL to the reference grew {ev['kl_at_best']:g} -> {ev['kl_now']:g}")
+    save_steps = getattr(args, "save_steps", None)
+    kept = (f"checkpoint-{step} in the output directory" if save_steps and step and step % save_steps == 0 else
+            f"the checkpoint nearest step {step}; set save_steps so that one falls on each gold measurement")
+    b = f"{beta:g} -> {max(4 * beta, 0.1):g}" if beta else "0 -> 0.1"
+    return (f"Reward hacking: the trained-on (proxy) reward kept rising ({ev['proxy_at_best']:g} -> "
+            f"{ev['proxy_now']:g}) while {what}. The policy is exploiting the reward model's mistakes, not getting "
+            "better at what the reward model stood for.",
+            f"stop at the best gold step, {step}, and keep it: {kept} (HealthMonitor(stop_on=['reward_hacking']) stops "
+            f"a run when it names this); raise beta {b} to keep the policy near the model the reward model was trained "
+            "on; give the reward model more and better preference data, above all pairs of this policy's own recent "
+            "samples labelled by the gold judgement, so that it stops rewarding what it now rewards wrongly.")
+
+
 class HealthMonitor(TrainerCallback):
-    """Watches every training log; names high_variance, kl_explosion, reward_collapse and truncation.
+    """Watches every training log; names high_variance, kl_explosion, reward_collapse and truncation, and
+    reward_hacking where a held-back gold score is logged (reward_models.GoldMonitor).
 
     Each diagnosis is reported once, when it starts (a warning on the 'rloo_kit' logger, which a
     notebook shows) and kept in `diagnoses`. Kinds in `stop_on` end training cleanly: the Trainer

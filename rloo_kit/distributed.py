@@ -60,9 +60,12 @@ def shards_parameters(trainer) -> bool:
     return plugin is not None and plugin.zero_stage == 3
 
 
-def plain_cpu_device(args) -> None:
+def plain_cpu_device(args) -> bool:
     """Name a CPU process's `args.device` plain `cpu` rather than accelerate's `cpu:<rank>` (the same memory;
-    see the module docstring). GPUs and single-process runs are left alone. Call before the trainer is built."""
+    see the module docstring). GPUs and single-process runs are left alone (False). Call before the trainer is
+    built."""
     device = args.device
-    if device.type == "cpu" and device.index is not None:
-        args.__dict__["_setup_devices"] = torch.device("cpu")  # where TrainingArguments caches its device
+    if device.type != "cpu" or device.index is None:
+        return False
+    args.__dict__["_setup_devices"] = torch.device("cpu")  # where TrainingArguments caches its device
+    return True

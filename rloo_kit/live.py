@@ -55,6 +55,7 @@ CURVES = (  # (title, [(log key, label)]) per panel; rewards/<fn>/mean are added
     ("entropy", [("entropy", "entropy")]),
     ("completion length", [("completions/mean_length", "mean tokens")]),
 )
+GOLD_CURVE = ("gold vs proxy (held-out)", [("gold/mean", "gold"), ("proxy/mean", "proxy")])  # reward_models.GoldMonitor
 SHOWN_PROMPTS = 2  # prompts (each with its K completions) shown from the latest step
 
 
@@ -248,6 +249,8 @@ class LiveView(TrainerCallback):
                  f"reward {_fmt(logs.get('reward'))}" + (f" [{per_fn}]" if per_fn else "")]
         if logs.get("kl") is not None:
             parts.append(f"kl {_fmt(logs['kl'], 4)}")
+        if logs.get("gold/mean") is not None:
+            parts.append(f"gold {_fmt(logs['gold/mean'])} (proxy {_fmt(logs.get('proxy/mean'))})")
         parts += [f"entropy {_fmt(logs.get('entropy'))}", f"length {_fmt(logs.get('completions/mean_length'), 1)}",
                   f"clipped {_fmt(logs.get('completions/clipped_ratio'), 2)}"]
         print(" | ".join(parts), flush=True)
@@ -329,10 +332,11 @@ class LiveView(TrainerCallback):
 
         fig = Figure(figsize=(11, 2.6), dpi=80, layout="constrained")
         FigureCanvasAgg(fig)
-        axes = fig.subplots(1, len(CURVES))
+        curves = CURVES + ((GOLD_CURVE,) if any("gold/mean" in h for h in self.history) else ())
+        axes = fig.subplots(1, len(curves))
         steps = [h["step"] for h in self.history]
         diagnoses = list(getattr(self.monitor, "diagnoses", []) or [])
-        for ax, (title, series) in zip(axes, CURVES, strict=False):
+        for ax, (title, series) in zip(axes, curves, strict=False):
             if title == "reward":
                 series = series + [(f"rewards/{n}/mean", n) for n in self._reward_names()]
             for i, (key, label) in enumerate(series):
@@ -420,7 +424,9 @@ def _deliver_clicks_while_busy(widget) -> bool:
     try:
         from ipykernel.kernelbase import Kernel
 
-        if not Kernel.initialized():
+        from .patches import allowed
+
+        if not Kernel.initialized() or not allowed("ipykernel_subshell"):
             return False
         channel = getattr(Kernel.instance(), "shell_channel_thread", None)
         comm = getattr(widget, "comm", None)

@@ -12,7 +12,8 @@ from .evaluation import EvalReport
 CURVES = (("reward", "reward (mean)"), ("kl", "KL to reference"), ("entropy", "entropy"),
           ("completions/mean_length", "completion length"))
 _MARK = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
-         "truncation": "tab:brown"}
+         "truncation": "tab:brown", "reward_hacking": "tab:pink"}
+GOLD = ("gold/mean", "gold (held back) vs proxy")  # a panel of its own where reward_models.GoldMonitor logged
 
 
 def _steps(history: Sequence[dict], key: str) -> tuple[list, list]:
@@ -23,14 +24,21 @@ def _steps(history: Sequence[dict], key: str) -> tuple[list, list]:
 def plot_training(runs: Mapping[str, Sequence[dict]] | Sequence[dict],
                   diagnoses: Mapping[str, Sequence[Diagnosis]] | Sequence[Diagnosis] = (), title: str = ""):
     """Reward, KL, entropy and length per step. `runs` is one log_history or {name: log_history}
-    to overlay several (e.g. a broken run and its fix); diagnoses are drawn as dashed lines."""
+    to overlay several (e.g. a broken run and its fix); diagnoses are drawn as dashed lines. Where a
+    held-back gold score was logged (`gold/mean`), a last panel shows it (solid) beside the proxy reward
+    measured on the same held-out prompts (`proxy/mean`, dashed, right axis)."""
     if not isinstance(runs, Mapping):
         runs, diagnoses = {"run": runs}, {"run": diagnoses}
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
-    for ax, (key, label) in zip(axes, CURVES, strict=True):
+    curves = CURVES + ((GOLD,) if any(_steps(h, GOLD[0])[0] for h in runs.values()) else ())
+    fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.2))
+    for ax, (key, label) in zip(axes, curves, strict=True):
+        twin = ax.twinx() if key == GOLD[0] else None
         for name, history in runs.items():
             xs, ys = _steps(history, key)
             line, = ax.plot(xs, ys, marker=".", label=name)
+            if twin is not None:
+                twin.plot(*_steps(history, "proxy/mean"), ls="--", marker="x", color=line.get_color())
+                twin.set_ylabel("proxy (dashed)")
             for d in (diagnoses.get(name, ()) if isinstance(diagnoses, Mapping) else ()):
                 ax.axvline(d.step, color=_MARK.get(d.kind, "gray"), ls="--", lw=1)
                 if key == "reward":

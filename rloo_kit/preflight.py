@@ -402,10 +402,11 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
                 f"({setup.truncation_rate:.0%} of all completions are).", _length_fix(report, length, names),
                 blocking=blocking))
         else:
-            probed = (f"; at {report.probe_length} tokens, {report.proposed.pass_rate:.0%}" if report.proposed
-                      and report.proposed is not setup and report.proposed.pass_rate is not None else "")
-            why = (f"only {setup.pass_rate:.0%} of completions are right{probed}, and {setup.truncation_rate:.0%} are "
-                   "cut: they are wrong, not cut" if setup.pass_rate is not None
+            asked = report.asked
+            elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
+                         and asked.pass_rate is not None else "")
+            why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
+                   "length probed, not cut" if setup.pass_rate is not None
                    else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}")
             fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
             if "correct_answer" not in names or "exact_answer" in names:

@@ -216,7 +216,8 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-@pytest.mark.parametrize("notebook,timeout", [("00_rloo_in_one_page", 300), ("02_troubleshooting", 1200)])
+@pytest.mark.parametrize("notebook,timeout", [("00_rloo_in_one_page", 300), ("02_troubleshooting", 1200),
+                                              ("04_reward_model", 1200)])
 def test_notebook_runs_clean(lab, browser, notebook, timeout):
     """Run All in JupyterLab: every cell executed, no error output, the figures rendered."""
     name = parameterised(notebook, lab.root)

@@ -10,6 +10,7 @@ import torch
 from rloo_kit import compat
 from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, cpu_compute
 
+from .conftest import REPO
 from .helpers import plain_trainer
 
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
@@ -38,7 +39,6 @@ def inputs(dtype, n=37, h=24, v=301, bias=False, seed=0):
 @pytest.fixture(autouse=True)
 def _small_chunks(monkeypatch):
     monkeypatch.setattr(compat, "_TOKEN_CHUNK", 16)  # several chunks, and a ragged last one
-    monkeypatch.setattr(compat, "_LEGACY", False)
 
 
 @pytest.mark.parametrize("temperature, softcap, logit_scale, bias", [
@@ -119,11 +119,13 @@ def test_frozen_weight_gets_no_gradient_and_no_weight_product():
     torch.testing.assert_close(g.double(), g_ref.double(), rtol=1e-4, atol=1e-5)
 
 
-def test_legacy_path_is_kept_for_the_side_by_side_benchmark(monkeypatch):
+def test_benchmarks_legacy_path_computes_what_the_kits_does(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from legacy import LegacyChunkedLogProb
+
     hidden, weight, _, targets = inputs(torch.float32)
     new = compat.TorchChunkedLogProb.apply(hidden, weight, None, targets, 1.0, 4096, None, 1.0, OUTPUTS)
-    monkeypatch.setattr(compat, "_LEGACY", True)
-    old = compat.TorchChunkedLogProb.apply(hidden, weight, None, targets, 1.0, 4096, None, 1.0, OUTPUTS)
+    old = LegacyChunkedLogProb.apply(hidden, weight, None, targets, 1.0, 4096, None, 1.0, OUTPUTS)
     for a, b in zip(new, old, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
@@ -215,10 +217,3 @@ def test_reuse_is_refused_where_it_would_change_training(tiny_model_dir, tmp_pat
     for extra in (dict(num_iterations=2), dict(gradient_accumulation_steps=2), dict(gradient_checkpointing=True)):
         trainer = _tiny_trainer(tiny_model_dir, tmp_path, {**cpu_tiny_overrides, **extra}, reuse=False)
         assert not compat.reuse_policy_forward(trainer), extra
-
-
-def test_legacy_switch_also_keeps_trls_separate_scoring_pass(tiny_model_dir, tmp_path, cpu_tiny_overrides,
-                                                             monkeypatch):
-    trainer = _tiny_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, reuse=False)
-    monkeypatch.setattr(compat, "_LEGACY", True)
-    assert not compat.reuse_policy_forward(trainer)

@@ -396,7 +396,6 @@ def _trainer(tiny_model_dir, tmp_path, overrides, dtype):
 
 def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir, tmp_path, cpu_tiny_overrides,
                                                                    monkeypatch):
-    monkeypatch.setattr(compat, "_LEGACY", False)
     trainer = _trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.bfloat16)
     assert cpu_step.speed_up_cpu_step(trainer)
     assert not cpu_step.speed_up_cpu_step(trainer)  # once per trainer
@@ -427,8 +426,6 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     assert packed == cpu_step.packing_available()  # sampled with packed weights where oneDNN can
 
 
-def test_fp32_and_legacy_steps_are_left_as_they_are(tiny_model_dir, tmp_path, cpu_tiny_overrides, monkeypatch):
+def test_fp32_steps_are_left_as_they_are(tiny_model_dir, tmp_path, cpu_tiny_overrides):
     trainer = _trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.float32)
     assert not cpu_step.speed_up_cpu_step(trainer)
-    monkeypatch.setattr(compat, "_LEGACY", True)
-    assert not cpu_step.speed_up_cpu_step(_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.bfloat16))

@@ -32,6 +32,9 @@ CASES = {
     "kl_explosion": history(kl=lambda i: 0.05 * 1.6 ** (i - 9), entropy=lambda i: 1.4 - 0.05 * (i - 9)),
     "reward_collapse": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.0, reward_std=lambda i: 0.0),
     "truncation": history(**{"completions/clipped_ratio": lambda i: 0.8}),
+    # a held-back gold score every 3 steps: up to step 12, then down while the (proxy) reward keeps rising
+    "reward_hacking": history(start=3, **{"gold/mean": lambda i: None if i % 3 else
+                                          0.5 + 0.03 * i if i <= 12 else 0.86 - 0.05 * (i - 12)}),
 }
 
 

@@ -1,6 +1,8 @@
 """The live view without a browser: its text lines on a real tiny-model run, the Stop flag ending a run
 with the adapter kept, the widget's state after real steps, and the rule that picks widget or text."""
 
+import html
+
 import pytest
 from transformers import TrainerCallback
 
@@ -120,7 +122,11 @@ def test_widget_state_after_real_steps(tiny_model_dir, tmp_path, cpu_tiny_overri
         assert advantages[0] == pytest.approx(-advantages[1], abs=1e-4)
         assert set(g["completions"][0]["rewards"]) == {"length_reward", "first_char_reward"}
         assert all(r is not None for r in rewards)
-    assert groups[0]["prompt"] in view.samples.value.replace("&#x27;", "'") or "prompt:" in view.samples.value
+    shown = view.samples.value  # each group's prompt once, with its completions, as the HTML escapes them
+    assert shown.count("<b>prompt:</b>") == len(groups)
+    for g in groups:
+        assert f"<b>prompt:</b> {html.escape(g['prompt'])}</div>" in shown
+        assert all(html.escape(c["completion"]) in shown for c in g["completions"])
     assert "advantage" in view.samples.value
     assert view.widget.children[0].children[-1] is view.stop_button
 

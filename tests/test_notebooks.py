@@ -15,8 +15,9 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 slow = pytest.mark.slow  # each runs a notebook on the real default model
 
 
-def test_there_are_four_notebooks():
-    assert [p.stem for p in NOTEBOOKS] == ["00_rloo_in_one_page", "01_train", "02_troubleshooting", "03_evaluation"]
+def test_there_are_five_notebooks():
+    assert [p.stem for p in NOTEBOOKS] == ["00_rloo_in_one_page", "01_train", "02_troubleshooting", "03_evaluation",
+                                           "04_reward_model"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -117,3 +118,19 @@ def test_03_evaluation(trained, tmp_path):
     assert m["greedy"]["adapter"]["accuracy"] == m01["accuracy_after"]
     for side in ("base", "adapter"):
         assert m["sampled"][side]["pass@2"] >= m["sampled"][side]["pass@1"]
+
+
+@slow
+def test_04_reward_model(tmp_path, default_model_dir):
+    """Preferences from the policy's samples -> reward model -> RLOO at two betas with gold measured beside."""
+    import rloo_kit
+
+    m = run("04_reward_model", tmp_path)
+    assert m["pairs"] >= 10 and 0.0 <= m["reward_model"]["pair_accuracy"] <= 1.0
+    assert (tmp_path / "reward_model" / "metrics.json").is_file()
+    assert set(m["runs"]) == {"beta=0", "beta=0.1"}
+    for name, run_ in m["runs"].items():
+        assert [p["step"] for p in m["gold"][name]] == [0, 1, 2]  # start, then every step (SMOKE)
+        assert 0.0 <= run_["gold_before"] <= 1.0 and run_["proxy_before"] is not None
+    score = rloo_kit.load_reward_model(tmp_path / "reward_model")  # what the notebook wrote loads as a reward
+    assert len(score(prompts=["Add 2 and 3."], completions=["5"])) == 1

@@ -1,0 +1,93 @@
+"""Every change rloo-kit makes to another library's behaviour, in the order the door applies them.
+
+Each entry names what it touches, the versions its equivalence tests passed on and those tests. Ranges are
+the minor series tested (`make test` on the pins in pyproject.toml); widen one only after its tests pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .patch import Patch
+
+TRL, TRANSFORMERS = {"trl": "==1.15.*"}, {"transformers": "==5.17.*"}
+PEFT, TORCH = {"peft": "==0.21.*"}, {"torch": "==2.13.*"}
+RLOO = "trl.trainer.rloo_trainer.RLOOTrainer"
+LORA_FORWARD = "peft.tuners.lora.layer.Linear.forward"
+LORA_CASTS = "peft.tuners.lora.layer.LoraLayer().cast_input_dtype_enabled"
+CPU_STEP, CPU_SPEED = "tests/test_cpu_step.py::", "tests/test_cpu_speed.py::"
+
+PATCHES: tuple[Patch, ...] = (
+    Patch("contiguous_lm_head", "the LM head gets a contiguous copy of generation's last-token slice (a torch "
+          "matmul path copies the head's weight per row otherwise)",
+          targets=("transformers.PreTrainedModel.get_output_embeddings",), tested=TRANSFORMERS | TORCH,
+          tests=(CPU_STEP + "test_lm_head_gets_a_contiguous_input_once_hooked",),
+          apply="rloo_kit.compat:contiguous_lm_head_input", phase="model", devices=None),
+    Patch("grouped_attention", "grouped-query attention in two matmuls for bf16 on a CPU, in place of SDPA "
+          "(registered with transformers' attention registry, long sequences handed back to SDPA)",
+          targets=("transformers.AttentionInterface.register", "transformers.masking_utils.AttentionMaskInterface",
+                   "transformers.masking_utils.eager_mask", "transformers.integrations.sdpa_attention."
+                   "sdpa_attention_forward", "transformers.PreTrainedModel.set_attn_implementation"),
+          tested=TRANSFORMERS | TORCH,
+          tests=(CPU_STEP + "test_grouped_attention_is_as_precise_as_sdpa",
+                 CPU_STEP + "test_grouped_attention_trains_like_sdpa"),
+          apply="rloo_kit.attention:use_cpu_attention", phase="model", dtype=torch.bfloat16,
+          when="models on SDPA"),
+    Patch("fused_rms_norm", "each Llama-style RMSNorm's forward (an instance attribute) runs torch's fused "
+          "kernel for bf16 on a CPU",
+          targets=("transformers.models.llama.modeling_llama.LlamaRMSNorm.forward", "torch.nn.functional.rms_norm"),
+          tested=TRANSFORMERS | TORCH,
+          tests=("tests/test_norms.py::test_fused_norm_computes_what_transformers_does",),
+          apply="rloo_kit.norms:use_fused_rms_norm", phase="model", dtype=torch.bfloat16),
+    Patch("plain_cpu_device", "a CPU process under `accelerate launch` names its device `cpu`, not `cpu:<rank>` "
+          "(written into TrainingArguments' cached `_setup_devices`)",
+          targets=("transformers.TrainingArguments._setup_devices",), tested=TRANSFORMERS,
+          tests=("tests/test_distributed.py::test_two_processes_train_to_the_planned_step_and_write_one_adapter",),
+          apply="rloo_kit.distributed:plain_cpu_device", phase="config",
+          when="CPU processes under `accelerate launch`"),
+    Patch("trl_cpu_logprob", "TRL's Triton-only log-prob kernel gets a plain-PyTorch path off CUDA (replaced "
+          "process-wide; CUDA and XPU still call TRL's kernel)",
+          targets=("trl.trainer.utils._ChunkedLogProbFunction",), tested=TRL | TORCH,
+          tests=(CPU_SPEED + "test_fp32_values_and_gradients_match_plain_pytorch",
+                 CPU_SPEED + "test_bf16_path_projects_in_bf16_and_reduces_in_fp32"),
+          apply="rloo_kit.compat:patch_trl_for_cpu", phase="process", devices=("cpu", "mps"), required=True),
+    Patch("reuse_scoring_forward", "TRL's no-grad scoring pass keeps its graph and the loss reuses it (one policy "
+          "forward fewer a step; the trainer's method rebound)",
+          targets=(f"{RLOO}._get_per_token_logps_and_entropies",), tested=TRL | PEFT,
+          tests=(CPU_SPEED + "test_reused_forward_trains_exactly_like_trl",
+                 CPU_SPEED + "test_reuse_is_refused_where_it_would_change_training"),
+          apply="rloo_kit.compat:reuse_policy_forward",
+          when="num_iterations=1, one micro-batch a generation, no gradient checkpointing, no vLLM"),
+    Patch("cpu_sampler", "sampling with packed bf16 base weights (private mkldnn ops), a lean LoRA forward, "
+          "each distinct prompt read once and torch.multinomial swapped for a CDF draw while it runs",
+          targets=(f"{RLOO}._generate_single_turn", "torch.multinomial", "torch.ops.mkldnn._reorder_linear_weight",
+                   "torch.ops.mkldnn._linear_pointwise", LORA_FORWARD, LORA_CASTS,
+                   "transformers.cache_utils.DynamicCache.batch_select_indices"),
+          tested=TRL | TRANSFORMERS | PEFT | TORCH,
+          tests=(CPU_STEP + "test_categorical_draw_follows_the_probabilities",
+                 CPU_STEP + "test_packed_weights_compute_what_the_plain_weights_do",
+                 CPU_STEP + "test_lean_lora_computes_what_peft_does",
+                 CPU_STEP + "test_repeated_prompts_are_read_once_and_generate_the_same"),
+          apply="rloo_kit.cpu_step:lean_sampler", dtype=torch.bfloat16, when="LoRA, transformers generation"),
+    Patch("cpu_bf16_step", "the training step under bf16 autocast: PEFT's input casts off, LoRA's product in one "
+          "addmm, the reference pass flipping PEFT's `_disable_adapters` (training_step rebound)",
+          targets=(f"{RLOO}.training_step", LORA_FORWARD, LORA_CASTS,
+                   "peft.tuners.tuners_utils.BaseTunerLayer._disable_adapters", "peft.PeftModel.disable_adapter",
+                   "peft.PeftModel()._adapters_disabled"),
+          tested=TRL | PEFT | TORCH,
+          tests=(CPU_STEP + "test_lean_lora_training_computes_and_trains_what_peft_does",
+                 CPU_STEP + "test_reference_switch_computes_the_base_model_and_restores_the_adapters",
+                 CPU_STEP + "test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone"),
+          apply="rloo_kit.cpu_step:bf16_step", dtype=torch.bfloat16, when="LoRA, transformers generation"),
+    Patch("task_reward_spread", "TRL's `_calculate_rewards` wrapped to log frac_task_reward_zero_std into its "
+          "`_metrics` (reward collapse before the KL penalty hides it)",
+          targets=(f"{RLOO}._calculate_rewards", f"{RLOO}()._metrics", "trl.trainer.utils.nanstd"),
+          tested=TRL, tests=("tests/test_diagnostics.py::test_the_spread_is_taken_as_trl_takes_its_rewards",),
+          apply="rloo_kit.diagnostics:log_task_reward_spread", devices=None),
+    Patch("ipykernel_subshell", "the live view's Stop button answered on a kernel subshell (ipykernel's private "
+          "`_create_subshell`, and the comm's `_reply_subshell_for`) while the training cell runs",
+          targets=("ipykernel.subshell_manager.SubshellManager._create_subshell",
+                   "ipykernel.kernelbase.Kernel.shell_channel_thread"), tested={"ipykernel": "==7.4.*"},
+          tests=("tests/test_browser.py::test_stop_button_stops_a_run_and_keeps_the_adapter",),
+          apply=None, phase="live", devices=None, when="the live view's widget in a Jupyter kernel"),
+)
