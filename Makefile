@@ -20,7 +20,7 @@ CHROMIUM ?= /usr/lib/chromium/chromium
 export TQDM_DISABLE ?= 1
 export HF_DATASETS_DISABLE_PROGRESS_BARS ?= 1
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench clean llama-cpp
 
 setup: $(STAMP)
 
@@ -40,14 +40,30 @@ demo: setup
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
-# Everything, the browser test included: the REQUIRE variables make a missing Unsloth or browser fail, not skip.
-test: setup $(CHROMIUM)
+# llama.cpp, to prove GGUF exports in a real runtime (rloo_kit/llama_cpp.py): the npm package node-llama-cpp and its
+# prebuilt Linux x64 llama.cpp, pinned, into a project-local folder. --ignore-scripts: nothing is downloaded or
+# compiled beyond the two packages.
+LLAMA_CPP_DIR ?= .llama-cpp
+NODE_LLAMA_CPP ?= 3.22.1
+LLAMA_CPP_STAMP := $(LLAMA_CPP_DIR)/.installed-$(NODE_LLAMA_CPP)
+
+llama-cpp: $(LLAMA_CPP_STAMP)
+
+$(LLAMA_CPP_STAMP):
+	mkdir -p $(LLAMA_CPP_DIR)
+	npm install --prefix $(LLAMA_CPP_DIR) --ignore-scripts --omit=optional --no-audit --no-fund --save-exact \
+		node-llama-cpp@$(NODE_LLAMA_CPP) @node-llama-cpp/linux-x64@$(NODE_LLAMA_CPP)
+	touch $@
+
+# Everything, the browser test included: the REQUIRE variables make a missing Unsloth, browser or llama.cpp fail, not skip.
+test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
-	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
+	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) \
+		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PY) -m pytest
 
 # The lane for working: lint, unit and tiny-model tests; no notebook run, real model, browser or Unsloth (their
 # markers), no multi-process `accelerate launch` (test_distributed.py). CI's `make test` runs all of it.
-test-fast: setup
+test-fast: setup $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 	$(PY) -m pytest -q -m "not slow and not browser and not unsloth" --ignore=tests/test_distributed.py
 
@@ -68,4 +84,4 @@ bench: setup
 	$(PY) benchmarks/roofline.py --steps 4 --path legacy
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache $(LLAMA_CPP_DIR)

@@ -31,3 +31,8 @@ class ModelSourceError(RlooKitError, OSError):
 
 class GPUOutOfMemoryError(RlooKitError, MemoryError):
     """CUDA ran out of memory; the message names a smaller preset and settings that fit."""
+
+
+class ExportError(RlooKitError, ValueError):
+    """An adapter that cannot leave the kit as asked: unsupported architecture or quantization, an output that
+    exists, a base model that does not fit the adapter, a full disk, or no llama.cpp runtime to check it with."""

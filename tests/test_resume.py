@@ -46,9 +46,7 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
 
 def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(train_cmd(tiny_model_dir, out)[:-12] + ["--max-steps", "400", "--save-steps", "1000",
-                                                                    "--batch-size", "4", "--num-generations", "2",
-                                                                    "--max-completion-length", "8"],
+    proc = subprocess.Popen(train_cmd(tiny_model_dir, out, "--max-steps", "400", "--save-steps", "1000"),
                             env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
