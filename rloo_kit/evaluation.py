@@ -9,6 +9,8 @@ switching the adapter off for the base.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from math import comb
@@ -19,6 +21,8 @@ from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
 from .rewards import RewardFunc, extract_answer, is_correct
+
+log = logging.getLogger("rloo_kit")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -49,12 +53,31 @@ class EvalReport:
         return asdict(self)
 
 
+PROGRESS_SECONDS = 10  # seconds between two progress lines of a long generation
+
+
+def progress_lines(label: str, seconds: float = PROGRESS_SECONDS) -> Callable[[int, int], None]:
+    """A `progress` callback for `generate_ids` that logs '<label>: token t/T (s)' every `seconds`, so that
+    a generation of minutes on a CPU says how far it got."""
+    start = said = time.time()
+
+    def report(token: int, total: int) -> None:
+        nonlocal said
+        if time.time() - said >= seconds:
+            said = time.time()
+            log.info(f"{label}: token {token}/{total} ({said - start:.0f} s)")
+
+    return report
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool = True, max_new_tokens: int = 64,
-             temperature: float = 1.0, batch_size: int = 32) -> tuple[list[list[str]], list[list[int]]]:
+             temperature: float = 1.0, batch_size: int = 32,
+             progress: Callable[[int, int], None] | None = None) -> tuple[list[list[str]], list[list[int]]]:
     """Completions for each prompt (chat form or text): texts and token counts, `samples` per prompt."""
     ids = generate_ids(model, tokenizer, prompts, samples=samples, do_sample=not greedy,
-                       max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size)
+                       max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                       progress=progress)
     texts = [[tokenizer.decode(r, skip_special_tokens=True) for r in group] for group in ids]
     return texts, [[len(r) for r in group] for group in ids]
 
@@ -127,12 +150,13 @@ def _cut(ids: list[int], eos: set[int]) -> list[int]:
 
 def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
              greedy: bool = True, max_new_tokens: int = 64, temperature: float = 1.0,
-             batch_size: int = 32, match: str = "final") -> EvalReport:
+             batch_size: int = 32, match: str = "final", progress: str | None = None) -> EvalReport:
     """Generate on `dataset` (a `prompt` column; `answer` enables accuracy) and score.
 
     greedy=True needs samples=1 (greedy decoding gives one answer). pass@k is reported for
     k = 1, 2, 4, ... up to `samples`. match="final" counts a completion correct when its final
     answer is right; match="exact" when the reply is the answer alone (see rewards.is_correct).
+    progress: a label under which to log, every few seconds, how far generation got.
     """
     funcs = [f for f in (reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]) if callable(f)]
     if greedy and samples > 1:
@@ -140,7 +164,8 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
     prompts = list(dataset["prompt"])
     answers = list(dataset["answer"]) if "answer" in dataset.column_names else None
     texts, lengths = generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
-                              max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size)
+                              max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                              progress=progress_lines(progress) if progress else None)
     columns = {c: [v for v in dataset[c] for _ in range(samples)] for c in dataset.column_names if c != "prompt"}
     flat_prompts = [p for p in prompts for _ in range(samples)]
     flat = [t for group in texts for t in group]

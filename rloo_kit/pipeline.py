@@ -122,7 +122,8 @@ class Run:
             self.before = EvalReport(**json.loads(saved.read_text()))
             log.info(f"held-out accuracy before: {self.before.accuracy} as recorded in {saved} (not measured again)")
         else:
-            self.before = self.task.for_preset(self.plan.preset).evaluate(self.model, self.tokenizer)
+            self.before = self.task.for_preset(self.plan.preset).evaluate(self.model, self.tokenizer,
+                                                                          progress="held-out accuracy before")
             if is_main_process():
                 saved.write_text(json.dumps(self.before.to_dict()))
         self.report.accuracy_before, self.report.before = self.before.accuracy, self.before.summary()
@@ -138,7 +139,8 @@ class Run:
         self.report.diagnoses = [d.kind for d in monitor.diagnoses] if monitor else []
 
     def evaluate_after(self) -> EvalReport:
-        self.after = self.task.evaluate(self.trainer.model if self.trainer else self.model, self.tokenizer)
+        self.after = self.task.evaluate(self.trainer.model if self.trainer else self.model, self.tokenizer,
+                                        progress="held-out accuracy after")
         change = paired_change(self.before, self.after) if self.before else None
         self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
         self.report.paired = None if change is None else change.to_dict()

@@ -24,7 +24,7 @@ from datasets import Dataset
 
 from .data import validate_dataset
 from .errors import ConfigError
-from .evaluation import eos_token_ids, generate_ids
+from .evaluation import eos_token_ids, generate_ids, progress_lines
 from .presets import Preset, make_config, resolve_preset
 from .rewards import (
     RewardFunc,
@@ -48,7 +48,6 @@ TRUNCATION_SHARE = 0.5  # completions cut above this share: truncation (the heal
 UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
 FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
 BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
-PROGRESS_SECONDS = 10  # seconds between two progress lines while the pre-flight samples
 
 _log = logging.getLogger("rloo_kit")
 
@@ -296,7 +295,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
 
 class _Sampler:
     """Draws K completions of every prompt in one batch (a CPU decodes a big batch for little more than a
-    small one), saying every PROGRESS_SECONDS how far it got."""
+    small one), saying every few seconds how far it got."""
 
     def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool):
         self.model, self.tokenizer, self.prompts, self.k, self.config, self.progress = (
@@ -304,18 +303,12 @@ class _Sampler:
         self.eos = eos_token_ids(model, tokenizer)
 
     def __call__(self, probe: int) -> list[list[list[int]]]:
-        c, start, said = self.config, time.time(), [time.time()]
-
-        def report(token: int, total: int) -> None:
-            if time.time() - said[0] >= PROGRESS_SECONDS:
-                said[0] = time.time()
-                _log.info(f"pre-flight: {len(self.prompts)} prompts x {self.k} completions, token {token}/{total} "
-                          f"({said[0] - start:.0f} s)")
-
+        c = self.config
+        label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions"
         return generate_ids(self.model, self.tokenizer, self.prompts, samples=self.k, do_sample=True,
                             max_new_tokens=probe, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k or None,
                             min_p=c.min_p, repetition_penalty=c.repetition_penalty, batch_size=len(self.prompts),
-                            progress=report if self.progress else None)
+                            progress=progress_lines(label) if self.progress else None)
 
 
 class _Judge:
