@@ -202,7 +202,7 @@ def test_all_or_nothing_reward_collapses_before_any_step(default_model, arithmet
 def test_the_tasks_own_rewards_can_learn(default_model, arithmetic):
     model, tok = default_model
     r = rloo_kit.preflight(model, tok, arithmetic, preset="cpu", n_prompts=16, probe_length=16)
-    assert r.ok and set(r.kinds()) <= {"truncation"}
+    assert r.ok and not any(p.blocking for p in r.problems)  # warnings (cut answers, thin spread) may stand
     assert [x.name for x in r.rewards] == ["correct_answer", "brevity"] and r.max_completion_length == 16
 
 
