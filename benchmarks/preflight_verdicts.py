@@ -103,6 +103,8 @@ def goals(runs: list[dict]) -> list[str]:
             out.append(f"MISSED: {r['task']} gained {gain} but was called 'can learn' without a warning")
     trained = [r["task"] for r in runs if r["accuracy_after"] is not None]
     untrained = [r["task"] for r in runs if r["accuracy_after"] is None]
+    if not trained:
+        return ["not measured: no task was trained in this run (verdicts only, --preflight-only)"]
     return out or [f"met on the trained tasks ({', '.join(trained)}): none that gained >= 0.15 was refused, every one "
                    "that gained < 0.05 was refused or warned about"
                    + (f"; untrained here, verdict only: {', '.join(untrained)}" if untrained else "")]
