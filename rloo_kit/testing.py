@@ -39,11 +39,7 @@ def build_tiny_model(out_dir: str | Path, *, hidden: int = 64, layers: int = 2, 
                          max_position_embeddings=512, tie_word_embeddings=True,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    return out
+    return _save(model, tok, out)
 
 
 def build_tiny_bpe_model(out_dir: str | Path, *, architecture: str = "qwen2", hidden: int = 64, layers: int = 2,
@@ -89,6 +85,11 @@ def build_tiny_bpe_model(out_dir: str | Path, *, architecture: str = "qwen2", hi
     config, cls = (Qwen2Config(**shape), Qwen2ForCausalLM) if architecture == "qwen2" else \
         (LlamaConfig(**shape), LlamaForCausalLM)
     model = cls(config)
+    return _save(model, tok, out)
+
+
+def _save(model, tok, out: Path) -> Path:
+    """A tiny model as a user's checkpoint: safetensors, its tokenizer, and generation that stops at EOS."""
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
