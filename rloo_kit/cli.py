@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import ConfigError, RewardError, RlooKitError
+from .errors import ConfigError, RlooKitError
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FILE_HELP = """\
@@ -165,9 +165,7 @@ def _run_preflight(args, plan, task, model, tok):
 
     report = preflight(model, tok, task, preset=plan.preset, n_prompts=args.preflight_prompts, seed=args.seed or 0)
     print(report, flush=True)
-    for p in report.problems:
-        if p.kind == "unscored" and p.blocking:
-            raise RewardError(p.message + " " + p.fix)
+    report.raise_if_unscored()
     return report
 
 

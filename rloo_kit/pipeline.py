@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .distributed import is_main_process
-from .errors import RewardError
 from .evaluation import EvalReport, PairedChange, paired_change
 from .preflight import PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
@@ -176,9 +175,7 @@ def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, 
         r.refit()
     if report is not None:
         print(report, flush=True)
-        blocking = [p for p in report.problems if p.kind == "unscored" and p.blocking]
-        if blocking:  # a reward that scores nothing is a bug to fix, not a run to force
-            raise RewardError(blocking[0].message + " " + blocking[0].fix)
+        report.raise_if_unscored()
         for note in r.report.own_task_defaults:
             print(f"own-task default: {note}", flush=True)
     r.build_trainer(disable_tqdm=True)  # settings that cannot work fail here, before any generation

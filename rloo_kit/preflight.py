@@ -23,7 +23,7 @@ import torch
 from datasets import Dataset
 
 from .data import validate_dataset
-from .errors import ConfigError
+from .errors import ConfigError, RewardError
 from .evaluation import eos_token_ids, generate_ids, progress_lines
 from .presets import Preset, make_config, resolve_preset
 from .rewards import (
@@ -169,6 +169,12 @@ class PreflightReport:
 
     def kinds(self) -> list[str]:
         return [p.kind for p in self.problems]
+
+    def raise_if_unscored(self) -> None:
+        """A reward that scores nothing is a bug to fix, not a run to force: RewardError with the fix."""
+        for p in self.problems:
+            if p.kind == "unscored" and p.blocking:
+                raise RewardError(p.message + " " + p.fix)
 
     def filter(self, dataset: Dataset) -> Dataset:
         """The rows of `dataset` (the one the pre-flight sampled from) whose prompt showed reward spread
