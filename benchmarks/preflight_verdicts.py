@@ -34,7 +34,10 @@ CASES = {
                ["--prompt-column", "question", "--answer-column", "solution"]),
     "prime_products": ("hopeless: products of two 4-digit primes", "prime_products.jsonl", []),
     "reverse_letters": ("hopeless: nine random letters reversed", "reverse_letters.jsonl", []),
-    "copy_number": ("solved: repeat a number", "copy_number.jsonl", []),
+    "copy_number": ("meant as solved: repeat a number (SmolLM2 samples it ~40% right at temperature 1)",
+                    "copy_number.jsonl", []),
+    "copy_number_cold": ("solved: repeat a number, sampled at temperature 0.1", "copy_number.jsonl",
+                         ["--temperature", "0.1"]),
     "unscored": ("unscored: a reward of the user's that scores nothing", "opposites.jsonl",
                  ["--reward", str(TASKS / "unscored_reward.py") + ":json_answer"]),
 }

@@ -6,47 +6,21 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
+from . import curves
 from .diagnostics import Diagnosis
 from .evaluation import EvalReport
-
-CURVES = (("reward", "reward (mean)"), ("kl", "KL to reference"), ("entropy", "entropy"),
-          ("completions/mean_length", "completion length"))
-_MARK = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
-         "truncation": "tab:brown", "reward_hacking": "tab:pink"}
-GOLD = ("gold/mean", "gold (held back) vs proxy")  # a panel of its own where reward_models.GoldMonitor logged
-
-
-def _steps(history: Sequence[dict], key: str) -> tuple[list, list]:
-    pts = [(h["step"], h[key]) for h in history if h.get(key) is not None and "step" in h]
-    return [s for s, _ in pts], [v for _, v in pts]
 
 
 def plot_training(runs: Mapping[str, Sequence[dict]] | Sequence[dict],
                   diagnoses: Mapping[str, Sequence[Diagnosis]] | Sequence[Diagnosis] = (), title: str = ""):
-    """Reward, KL, entropy and length per step. `runs` is one log_history or {name: log_history}
-    to overlay several (e.g. a broken run and its fix); diagnoses are drawn as dashed lines. Where a
-    held-back gold score was logged (`gold/mean`), a last panel shows it (solid) beside the proxy reward
-    measured on the same held-out prompts (`proxy/mean`, dashed, right axis)."""
+    """Reward, KL, entropy and length per step (`curves.PANELS`, the live view's too). `runs` is one
+    log_history or {name: log_history} to overlay several (e.g. a broken run and its fix); diagnoses are
+    drawn as dashed lines. Where a held-back gold score was logged (`gold/mean`), a last panel shows it
+    (solid) beside the proxy reward measured on the same held-out prompts (`proxy/mean`, dashed, right axis)."""
     if not isinstance(runs, Mapping):
         runs, diagnoses = {"run": runs}, {"run": diagnoses}
-    curves = CURVES + ((GOLD,) if any(_steps(h, GOLD[0])[0] for h in runs.values()) else ())
-    fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.2))
-    for ax, (key, label) in zip(axes, curves, strict=True):
-        twin = ax.twinx() if key == GOLD[0] else None
-        for name, history in runs.items():
-            xs, ys = _steps(history, key)
-            line, = ax.plot(xs, ys, marker=".", label=name)
-            if twin is not None:
-                twin.plot(*_steps(history, "proxy/mean"), ls="--", marker="x", color=line.get_color())
-                twin.set_ylabel("proxy (dashed)")
-            for d in (diagnoses.get(name, ()) if isinstance(diagnoses, Mapping) else ()):
-                ax.axvline(d.step, color=_MARK.get(d.kind, "gray"), ls="--", lw=1)
-                if key == "reward":
-                    ax.annotate(d.kind, (d.step, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top",
-                                color=_MARK.get(d.kind, "gray"))
-        ax.set_title(label)
-        ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
+    fig = plt.figure(figsize=(4 * len(curves.panels(runs)), 3.2))
+    curves.draw(fig, runs, diagnoses if isinstance(diagnoses, Mapping) else {})
     if title:
         fig.suptitle(title)
     fig.tight_layout()

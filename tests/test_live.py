@@ -61,7 +61,7 @@ class ClickStopAt(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step + 1 == self.at:
-            self.view.stop_button.click()
+            self.view.renderer.stop_button.click()
 
 
 def test_stop_button_ends_the_run_after_the_step_and_keeps_the_adapter(tiny_model_dir, tmp_path,
@@ -74,8 +74,8 @@ def test_stop_button_ends_the_run_after_the_step_and_keeps_the_adapter(tiny_mode
     assert trainer.state.global_step == 2 and view.stopped_at == 2
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     assert not (tmp_path / "interrupted").exists()
-    assert view.stop_button.disabled and view.stop_button.description == "Stopped"
-    assert "Stopped at step 2 of 50" in view.progress_text.value
+    assert view.renderer.stop_button.disabled and view.renderer.stop_button.description == "Stopped"
+    assert "Stopped at step 2 of 50" in view.renderer.progress_text.value
 
 
 def test_stop_in_text_mode(tiny_model_dir, tmp_path, cpu_tiny_overrides, capsys):
@@ -104,14 +104,14 @@ def test_widget_state_after_real_steps(tiny_model_dir, tmp_path, cpu_tiny_overri
     assert monitor.verbose is False  # its verdicts become banners, not log lines
     train(trainer)
     assert view.updates == 3
-    assert (view.progress_bar.value, view.progress_bar.max) == (3, 3)
-    assert "step 3 / 3" in view.progress_text.value and "Done: 3 steps" in view.progress_text.value
-    assert view.curves.value[:8] == b"\x89PNG\r\n\x1a\n" and len(view.curves.value) > 5000
+    assert (view.renderer.progress_bar.value, view.renderer.progress_bar.max) == (3, 3)
+    assert "step 3 / 3" in view.renderer.progress_text.value and "Done: 3 steps" in view.renderer.progress_text.value
+    assert view.renderer.curves.value[:8] == b"\x89PNG\r\n\x1a\n" and len(view.renderer.curves.value) > 5000
     kinds = [d.kind for d in monitor.diagnoses]
     assert "truncation" in kinds
-    assert len(view.banners.children) == len(kinds)
+    assert len(view.renderer.banners.children) == len(kinds)
     truncation = next(d for d in monitor.diagnoses if d.kind == "truncation")  # others may come first
-    banner = view.banners.children[monitor.diagnoses.index(truncation)].value
+    banner = view.renderer.banners.children[monitor.diagnoses.index(truncation)].value
     assert "truncation" in banner and "Fix:" in banner and truncation.fix.split()[0] in banner
     groups = view.latest_groups()
     assert groups and all(len(g["completions"]) == 2 for g in groups)  # num_generations=2
@@ -122,13 +122,13 @@ def test_widget_state_after_real_steps(tiny_model_dir, tmp_path, cpu_tiny_overri
         assert advantages[0] == pytest.approx(-advantages[1], abs=1e-4)
         assert set(g["completions"][0]["rewards"]) == {"length_reward", "first_char_reward"}
         assert all(r is not None for r in rewards)
-    shown = view.samples.value  # each group's prompt once, with its completions, as the HTML escapes them
+    shown = view.renderer.samples.value  # each group's prompt once, with its completions, as the HTML escapes them
     assert shown.count("<b>prompt:</b>") == len(groups)
     for g in groups:
         assert f"<b>prompt:</b> {html.escape(g['prompt'])}</div>" in shown
         assert all(html.escape(c["completion"]) in shown for c in g["completions"])
-    assert "advantage" in view.samples.value
-    assert view.widget.children[0].children[-1] is view.stop_button
+    assert "advantage" in view.renderer.samples.value
+    assert view.renderer.widget.children[0].children[-1] is view.renderer.stop_button
 
 
 def test_mode_rule(monkeypatch):
