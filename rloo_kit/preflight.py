@@ -106,6 +106,11 @@ class Setup:
     def ok(self) -> bool:
         return not any(p.blocking for p in self.problems)
 
+    @property
+    def solved_fraction(self) -> float:
+        """Share of prompts whose K answers were all judged right: flat too, but because the model knows them."""
+        return float(np.mean([p.pass_rate == 1.0 for p in self.prompts])) if self.pass_rate is not None else 0.0
+
     def headline(self) -> str:
         """'at 16 tokens: 84% without spread, 84% cut -> cannot learn'"""
         right = f", {self.pass_rate:.0%} right" if self.pass_rate is not None else ""
@@ -385,12 +390,18 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
                 blocking=nothing))
     g, temp, length = report.num_generations, report.temperature, setup.max_completion_length
     names = {r.name for r in setup.rewards}
-    if setup.pass_rate is not None and setup.pass_rate >= SOLVED_PASS_RATE:
+    # flat because right in all K samples, not because wrong or cut: the model already knows these prompts
+    mostly_known = setup.flat_fraction >= WEAK_SHARE and setup.solved_fraction >= setup.flat_fraction / 2
+    if setup.pass_rate is not None and (setup.pass_rate >= SOLVED_PASS_RATE or mostly_known):
+        fixes = ["use harder prompts (or filter out the solved ones with report.filter)"]
+        if temp < 0.7:
+            fixes.append(f"raise temperature {temp:g} -> 1.0 so that the K samples differ")
         problems.append(Problem(
-            "solved", f"The model already answers {setup.pass_rate:.0%} of the sampled completions right at {length} "
-            "tokens: there is almost nothing left for RLOO to teach on these prompts.",
-            "use harder prompts (or filter out the solved ones with report.filter), or evaluate instead of training.",
-            blocking=True))
+            "solved", f"The model already answers {setup.solved_fraction:.0%} of the sampled prompts right in all "
+            f"{g} samples ({setup.pass_rate:.0%} of completions right at {length} tokens): there is "
+            + ("almost nothing" if setup.flat_fraction >= COLLAPSE_SHARE else "little")
+            + " left for RLOO to teach on these prompts.", "; ".join(fixes) + ", or evaluate instead of training.",
+            blocking=setup.pass_rate >= SOLVED_PASS_RATE or setup.flat_fraction >= COLLAPSE_SHARE))
     elif setup.flat_fraction >= WEAK_SHARE:
         blocking = setup.flat_fraction >= COLLAPSE_SHARE
         alike = "got the same reward" + (" or the same verdict on their answer" if setup.pass_rate is not None else "")

@@ -102,6 +102,16 @@ def test_solved_and_truncation_warning_and_unscored():
     assert half.kinds() == ["unscored"] and half.ok  # most, not all: a warning
 
 
+def test_prompts_flat_because_always_right_are_solved_not_collapse():
+    known = [PromptStats(i, f"q{i}", 1.0, 0.0, 1.0, 0.0) for i in range(9)] + [PromptStats(9, "q9", 0.2, 0.4, 0.25, 0)]
+    r = report(flat_fraction=0.9, zero_spread_fraction=0.9, pass_rate=0.91, prompts=known, temperature=0.1)
+    assert r.kinds() == ["solved"] and not r.ok  # 91% right overall, below 95%, yet 9 of 10 prompts are known
+    assert "90% of the sampled prompts right in all 4 samples" in r.problems[0].message
+    assert "temperature 0.1 -> 1.0" in r.problems[0].fix
+    wrong = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.0, 0.0) for i in range(9)] + [known[-1]]
+    assert report(flat_fraction=0.9, pass_rate=0.03, prompts=wrong).kinds() == ["reward_collapse"]
+
+
 def test_a_probe_still_mostly_cut_says_it_cannot_decide():
     r = report(flat_fraction=0.9, truncation_rate=0.95, cut_without_spread=1.0, pass_rate=0.0,
                finished_within_probe=0.2, probe_length=128, suggested_max_completion_length=16)
