@@ -161,3 +161,25 @@ def test_the_spread_is_taken_as_trl_takes_its_rewards():
     trainer.reward_clip_range = (-1.0, 0.5)
     trainer._calculate_rewards()
     assert trainer._metrics["train"][SPREAD_KEY] == [0.25, 0.75]  # clipped at 0.5, the last two groups lose theirs
+
+
+def test_with_beta_zero_the_spread_equals_trls_every_step(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    """Without a KL term the task reward is TRL's reward: the kit's share must be TRL's frac_reward_zero_std."""
+    import rloo_kit
+    from rloo_kit.diagnostics import SPREAD_KEY
+
+    from .helpers import arithmetic_rows
+
+    def has_e(prompts, completions, **kwargs):  # 0/1, so some groups have spread and some do not
+        return [float("e" in (c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    model = rloo_kit.attach_lora(model, preset="cpu", r=4, alpha=8)
+    trainer = rloo_kit.build_trainer(model, tok, arithmetic_rows(32), [has_e], preset="cpu", output_dir=str(tmp_path),
+                                     live=False, monitor=False, max_steps=6, beta=0.0,
+                                     **{**cpu_tiny_overrides, "per_device_train_batch_size": 8})
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 6
+    assert [h[SPREAD_KEY] for h in logs] == pytest.approx([h["frac_reward_zero_std"] for h in logs])
+    assert len({h["frac_reward_zero_std"] for h in logs}) > 1  # the shares vary, so the equality says something
