@@ -108,7 +108,20 @@ def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token
 
     gguf_file, out_dir = Path(gguf_file), Path(out_dir)
     kw = dict(gguf_file=gguf_file.name)
-    tok = AutoTokenizer.from_pretrained(gguf_file.parent, clean_up_tokenization_spaces=False, **kw)
+    special = _gguf_special_tokens(gguf_file)
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf_file.parent, clean_up_tokenization_spaces=False, **kw)
+    except AttributeError as e:
+        if "bos_token_id" not in str(e):
+            raise
+        import transformers
+
+        raise ModelSourceError(
+            f"transformers {transformers.__version__} cannot read the tokenizer of {gguf_file.name}: it has an "
+            "end-of-sequence token but no beginning-of-sequence token, and transformers' GGUF reader looks the "
+            "first up by the id of the second. Pass the model's original directory or hub id instead.") from e
+    eos_token = eos_token or special.get("eos")  # transformers' reader takes the BOS token for the EOS
+    pad_token = pad_token or special.get("pad")
     loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kw)
     config = AutoConfig.for_model(**{k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"})
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -138,6 +151,20 @@ def _gguf_tokenizer(gguf_file: Path) -> tuple[str, str]:
     fields = GGUFReader(gguf_file).fields
     kind, pre = (fields.get(f"tokenizer.ggml.{k}") for k in ("model", "pre"))
     return kind.contents() if kind else "", pre.contents() if pre else "gpt-2"
+
+
+def _gguf_special_tokens(gguf_file: Path) -> dict[str, str]:
+    """The GGUF's own end-of-sequence and padding tokens, by their text ({"eos": ..., "pad": ...})."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf_file).fields
+    tokens = fields.get("tokenizer.ggml.tokens")
+    found = {}
+    for name, key in (("eos", "eos_token_id"), ("pad", "padding_token_id")):
+        field = fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and tokens is not None and 0 <= (i := int(field.contents())) < len(tokens.data):
+            found[name] = tokens.contents(i)
+    return found
 
 
 def byte_level_tokenizer(data: dict, pre: str) -> dict:

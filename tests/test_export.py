@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from rloo_kit.cli import main
 from rloo_kit.evaluation import generate_ids
 from rloo_kit.export import check_architecture, check_quant, load_merged, modelfile_text, push_to_hub, write_gguf
 from rloo_kit.models import save_adapter
-from rloo_kit.sources import repair_tokenizer
+from rloo_kit.sources import repair_tokenizer, resolve_source
 from rloo_kit.testing import build_tiny_bpe_model
 
 PROMPTS = [[{"role": "user", "content": c}] for c in
@@ -116,6 +117,39 @@ def test_gguf_runs_in_llama_cpp_as_in_pytorch(tiny, tmp_path, arch):
     # q8_0 over inits and adapters): exact greedy for f16 here; bf16 exact and q8_0 >= 0.9 on the real model (slow)
     figures = prove_in_llama_cpp(tmp_path, adapter, base, max_new_tokens=16, exact=("f16",), bar=0.75)
     print(arch, figures)
+
+
+def test_a_real_gguf_file_is_a_model_source(tiny, tmp_path, monkeypatch):
+    """A GGUF file the kit wrote (a trained adapter folded in) comes back through `--model file.gguf`:
+    transformers' GGUF reader, de-quantized to safetensors, the same model to within f32 rounding."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("RLOO_KIT_CACHE", str(tmp_path / "cache"))
+    base, adapter = tiny["qwen2"]
+    gguf_file = export_gguf(adapter, tmp_path / "model.gguf", quant="f32", model=str(base))
+    source = resolve_source(str(gguf_file))
+    assert (Path(source) / "model.safetensors").is_file() and Path(source).is_relative_to(tmp_path / "cache")
+    back = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, use_safetensors=True)
+    merged, tok = load_merged(adapter, str(base))
+    again = AutoTokenizer.from_pretrained(source)
+    text = chat_texts(tok)[0]
+    ids = tok(text, return_tensors="pt").input_ids
+    assert again(text, return_tensors="pt").input_ids.tolist() == ids.tolist()  # the tokenizer survives too
+    assert (again.eos_token, again.pad_token) == (tok.eos_token, tok.pad_token)  # the GGUF's own, not its BOS
+    with torch.no_grad():
+        for p in merged.parameters():  # the safetensors copy is saved in bf16 (as the default model's); not the buffers
+            p.copy_(p.to(torch.bfloat16))
+        assert torch.allclose(back(ids).logits, merged(ids).logits, atol=1e-4)
+    assert resolve_source(str(gguf_file)) == source  # converted once, then read from the cache
+
+
+def test_a_gguf_transformers_cannot_read_is_refused_in_words(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLOO_KIT_CACHE", str(tmp_path / "cache"))
+    base, adapter = tiny["llama"]  # its tokenizer has an EOS and no BOS: transformers' GGUF reader fails on that
+    gguf_file = export_gguf(adapter, tmp_path / "model.gguf", quant="f32", model=str(base))
+    with pytest.raises(ModelSourceError, match="no beginning-of-sequence token.*original directory or hub id"):
+        resolve_source(str(gguf_file))
+    assert not (tmp_path / "cache" / "gguf" / "model").exists()
 
 
 def test_merged_model_loads_without_peft(tiny, tmp_path):
