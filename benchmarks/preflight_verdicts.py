@@ -43,9 +43,10 @@ CASES = {
 }
 
 
-def run(name: str, max_steps: int, preflight_only: bool, reuse: bool) -> dict:
+def run(name: str, max_steps: int, preflight_only: bool, reuse: bool, verdict_again: bool = False) -> dict:
     """One task as a user runs it: `train --force` (the verdict, then 30 steps whatever it says), or with
-    preflight_only the verdict alone (`preflight --json`). reuse: read a finished run's metrics.json."""
+    preflight_only the verdict alone (`preflight --json`). reuse: read a finished run's metrics.json.
+    verdict_again: keep a finished run's training figures, and take the verdict again with today's pre-flight."""
     kind, file, extra = CASES[name]
     out = REPO / "runs" / f"bench-verdict-{name}"
     options = ["--task", "file", "--path", str(TASKS / file), *extra]
@@ -65,6 +66,11 @@ def run(name: str, max_steps: int, preflight_only: bool, reuse: bool) -> dict:
     metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
     if preflight_only and (out / "preflight.json").is_file():
         metrics = {"preflight": summary(json.loads((out / "preflight.json").read_text()))}
+    if verdict_again and metrics:
+        again = out / "preflight-again.json"
+        subprocess.run([sys.executable, "-m", "rloo_kit.cli", "preflight", *options, "--json", str(again)],
+                       capture_output=True, text=True)
+        metrics["preflight"] = summary(json.loads(again.read_text()))
     refusal = next((line for line in done.stderr.splitlines() if line.startswith("rloo-kit:")), None) if done else None
     return {"task": name, "kind": kind, "exit_code": done.returncode if done else None, "wall_minutes": wall,
             "refused_by": refusal, "preflight": metrics.get("preflight"), "steps": metrics.get("steps"),
@@ -119,8 +125,11 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--preflight-only", nargs="*", default=[], help="tasks to give the verdict alone, untrained")
     ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-verdict-*")
+    ap.add_argument("--verdict-again", nargs="*", default=[],
+                    help="with --reuse: tasks whose verdict is taken again by today's pre-flight (training kept)")
     args = ap.parse_args()
-    runs = [run(name, args.max_steps, name in args.preflight_only, args.reuse) for name in args.tasks]
+    runs = [run(name, args.max_steps, name in args.preflight_only, args.reuse, name in args.verdict_again)
+            for name in args.tasks]
     table = ["| task | kind | pre-flight verdict (CLI defaults) | as asked -> as trained | pre-flight s | "
              "steps | held-out accuracy before -> after (30 steps, --force) |", "|---|---|---|---|---|---|---|"]
     for r in runs:
