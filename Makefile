@@ -61,11 +61,12 @@ test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) \
 		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PY) -m pytest
 
-# The lane for working: lint, unit and tiny-model tests; no notebook run, real model, browser or Unsloth (their
-# markers), no multi-process `accelerate launch` (test_distributed.py). CI's `make test` runs all of it.
+# The lane for working: lint, unit and in-process tiny-model tests; no notebook run, real model, browser, Unsloth or
+# subprocess run (their markers: slow, browser, unsloth, heavy), no multi-process `accelerate launch`
+# (test_distributed.py). CI's `make test` runs all of it.
 test-fast: setup $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
-	$(PY) -m pytest -q -m "not slow and not browser and not unsloth" --ignore=tests/test_distributed.py
+	$(PY) -m pytest -q -m "not slow and not browser and not unsloth and not heavy" --ignore=tests/test_distributed.py
 
 lint: setup
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks

@@ -9,6 +9,7 @@ import pytest
 from .conftest import REPO
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("via", ["kit", "trl"])
 def test_worker_measures_a_tiny_run(via, tmp_path):
     cmd = [sys.executable, str(REPO / "benchmarks" / "rloo_run.py"), "--via", via, "--model", "random:tiny",

@@ -67,6 +67,7 @@ def tiny_train(tiny_model_dir, out, path, *extra):
             "--max-steps", "2", "--batch-size", "4", "--num-generations", "2", "--preflight-prompts", "6", *extra]
 
 
+@pytest.mark.heavy
 def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, capsys):
     """A random model never says 'cold': the pre-flight sees no spread, and nothing is trained."""
     out = tmp_path / "run"
@@ -78,6 +79,7 @@ def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, ca
     assert m["preflight"]["problems"][0] == "reward_collapse" and not (out / "adapter").exists()
 
 
+@pytest.mark.heavy
 def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_path, capsys, monkeypatch):
     from transformers import Trainer
 
@@ -107,6 +109,7 @@ def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_pat
     (["train", "--task", "file", "--path", "SMALL", "--n-test", "50"], "--n-test"),
     (["train", "--task", "file", "--path", "SMALL", "--prompt-column", "q"], "no column 'q'"),
 ])
+@pytest.mark.heavy
 def test_bad_input_from_the_command_line_is_one_clear_line(tmp_path, args, message):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "small.jsonl").write_text('{"prompt": "a", "answer": "1"}\n' * 5)
@@ -116,6 +119,7 @@ def test_bad_input_from_the_command_line_is_one_clear_line(tmp_path, args, messa
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.heavy
 def test_help_says_what_a_file_needs_and_how_answers_match():
     done = subprocess.run([sys.executable, "-m", "rloo_kit.cli", "train", "--help"], capture_output=True, text=True)
     for phrase in ("--prompt-column", "--answer-column", "list of accepted", "whole words", "pre-flight"):

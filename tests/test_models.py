@@ -15,6 +15,7 @@ def test_name_that_is_neither_path_nor_hub_id():
         resolve_source("./no/such/dir/")
 
 
+@pytest.mark.heavy
 def test_hub_id_offline_says_how_to_work_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelSourceError, match="not reachable"):

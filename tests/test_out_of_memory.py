@@ -31,6 +31,7 @@ def test_advice_names_the_preset_one_size_down(preset, smaller):
     assert "gradient_accumulation_steps=" in advice and "resume=True" in advice
 
 
+@pytest.mark.heavy
 def test_training_oom_keeps_the_adapter_and_says_what_fits(tiny_model_dir, tmp_path, cpu_tiny_overrides):
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     trainer = build_trainer(model, tok, data(), [length_reward], preset="cpu", output_dir=str(tmp_path), max_steps=4,

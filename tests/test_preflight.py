@@ -166,6 +166,7 @@ def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):
     assert "pre-flight: 10 prompts x 2 completions" in str(r)
 
 
+@pytest.mark.heavy
 def test_a_loaded_reward_model_is_scored_with_the_tokenizer_beside_it(tiny_model_dir, tmp_path):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification

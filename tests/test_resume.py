@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from safetensors.torch import load_file
 
 import rloo_kit
@@ -16,6 +17,7 @@ from .helpers import train_cmd
 STEPS = 12  # train_cmd's default
 
 
+@pytest.mark.heavy
 def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "TQDM_DISABLE": "1"}
@@ -44,6 +46,7 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     assert rloo_kit.load_adapter(model, out / "adapter") is not None
 
 
+@pytest.mark.heavy
 def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(train_cmd(tiny_model_dir, out, "--max-steps", "400", "--save-steps", "1000"),
@@ -63,6 +66,7 @@ def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
     assert "adapter saved to" in err and str(out / "interrupted") in err
 
 
+@pytest.mark.heavy
 def test_resuming_a_finished_run_trains_nothing_and_keeps_its_adapter(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "TQDM_DISABLE": "1"}

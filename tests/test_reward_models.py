@@ -132,6 +132,7 @@ def test_loading_something_that_is_not_a_reward_model_says_how_to_get_one(tmp_pa
 
 # ------------------------------------------------------------------------------------- on the tiny model
 
+@pytest.mark.heavy
 def test_train_rm_writes_a_model_that_ranks_held_out_pairs(trained_rm, capsys):
     out, path = trained_rm
     metrics = json.loads((out / "metrics.json").read_text())
@@ -143,6 +144,7 @@ def test_train_rm_writes_a_model_that_ranks_held_out_pairs(trained_rm, capsys):
     assert pair_accuracy(score, held_out) == metrics["pair_accuracy"]  # loaded = measured in training
 
 
+@pytest.mark.heavy
 def test_the_loaded_reward_scores_texts_and_messages_alike_in_any_batch(trained_rm):
     out, _ = trained_rm
     score = rloo_kit.load_reward_model(out, device="cpu", batch_size=3)
@@ -156,6 +158,7 @@ def test_the_loaded_reward_scores_texts_and_messages_alike_in_any_batch(trained_
     assert as_text == pytest.approx(as_chat, abs=1e-5) and as_text == pytest.approx(one_by_one, abs=1e-4)
 
 
+@pytest.mark.heavy
 def test_reward_model_alone_or_beside_the_tasks_rewards(trained_rm):
     out, _ = trained_rm
     task = rloo_kit.load_task("arithmetic", n_train=8, n_test=2)
@@ -169,6 +172,7 @@ def test_reward_model_alone_or_beside_the_tasks_rewards(trained_rm):
         _with_reward_model(task, Namespace(reward_model=None, reward_model_weight=0.5))
 
 
+@pytest.mark.heavy
 def test_rloo_kit_train_accepts_a_reward_model(trained_rm, tiny_model_dir, tmp_path, capsys):
     out, _ = trained_rm
     run = tmp_path / "run"
@@ -228,6 +232,7 @@ def test_no_reward_hacking_when_gold_keeps_up_or_the_proxy_falls_too(gold, proxy
     assert hacking(gold_history(gold, proxy)) == []
 
 
+@pytest.mark.heavy
 def test_gold_monitor_logs_gold_beside_the_proxy_on_a_real_run(tiny_model_dir, tmp_path, cpu_tiny_overrides, capsys):
     from rloo_kit.plots import plot_training
 

@@ -4,9 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import TOKEN, train_cmd
 
 
+@pytest.mark.heavy
 def test_hub_token_never_reaches_output_or_files(tiny_model_dir, tmp_path):
     env = {**os.environ, "HF_TOKEN": TOKEN, "HUGGING_FACE_HUB_TOKEN": TOKEN, "TQDM_DISABLE": "1"}
     out = tmp_path / "run"

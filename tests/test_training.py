@@ -26,6 +26,7 @@ def base_state(model) -> dict:
     return {n: p.detach().clone().float() for n, p in model.named_parameters() if "lora_" not in n}
 
 
+@pytest.mark.heavy
 def test_4bit_lora_two_steps_change_adapter_not_base(tiny_model_dir, tmp_path, cpu_tiny_overrides):
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu", backend="transformers", load_in_4bit=True)
     assert getattr(model, "is_loaded_in_4bit", False)
@@ -184,6 +185,7 @@ def test_a_task_brings_its_rewards_weights_and_length(tiny_model_dir, tmp_path, 
     assert "rewards/brevity/mean" in trainer.state.log_history[0]
 
 
+@pytest.mark.heavy
 def test_a_reward_that_scores_nothing_stops_the_run(tiny_model_dir, tmp_path, cpu_tiny_overrides):
     def as_text(prompts, completions, **kwargs):
         return ["1.0" for _ in completions]
