@@ -1,6 +1,7 @@
 """How the live view shows a run: one line per step on stdout (`TextLines`), or an ipywidgets panel with
 progress, a Stop button, banners, curves and the latest completions (`WidgetPanel`). Both draw from the
-`LiveView` callback's state (rloo_kit.live) and keep none of their own, as transformers'
+`LiveView` callback's state (rloo_kit.live; `view` below: its `history`, `monitor`, `diagnoses`,
+`stopped_at`, `times(state)` and `latest_groups()`) and keep none of their own, as transformers'
 `NotebookTrainingTracker` draws for its `NotebookProgressCallback`."""
 
 from __future__ import annotations
@@ -8,13 +9,9 @@ from __future__ import annotations
 import html
 import io
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from . import curves
 from .kernel_clicks import deliver_clicks_while_busy
-
-if TYPE_CHECKING:
-    from .live import LiveView
 
 _CELL = "style='border:1px solid #ccc;padding:2px 6px;vertical-align:top;text-align:left'"
 
@@ -26,10 +23,10 @@ def fmt(value, digits: int = 3) -> str:
 class TextLines:
     """One concise line per logged step, in place of transformers' progress bar and its dict of every metric."""
 
-    def begin(self, view: LiveView, state, show: bool) -> None:
+    def begin(self, view, state, show: bool) -> None:
         pass
 
-    def update(self, view: LiveView, state, new_diagnoses: Sequence) -> None:
+    def update(self, view, state, new_diagnoses: Sequence) -> None:
         print(step_line(view, state), flush=True)
         if view.monitor is not None and not getattr(view.monitor, "verbose", True):
             for d in new_diagnoses:  # a verbose monitor has logged them already
@@ -38,11 +35,11 @@ class TextLines:
     def stopping(self) -> None:
         print("Stop requested: training ends after this step; the adapter is kept.", flush=True)
 
-    def end(self, view: LiveView, state, summary: str, new_diagnoses: Sequence) -> None:
+    def end(self, view, state, summary: str, new_diagnoses: Sequence) -> None:
         print(summary, flush=True)
 
 
-def step_line(view: LiveView, state) -> str:
+def step_line(view, state) -> str:
     logs = view.history[-1]
     elapsed, eta = view.times(state)
     per_fn = " ".join(f"{n} {fmt(logs.get(f'rewards/{n}/mean'))}" for n in curves.reward_names(view.history))
@@ -82,7 +79,7 @@ class WidgetPanel:
             self.note.value = ("<small>This kernel handles a click only after the running cell: to stop now, "
                                "interrupt the kernel (the adapter is kept in output_dir/interrupted).</small>")
 
-    def begin(self, view: LiveView, state, show: bool) -> None:
+    def begin(self, view, state, show: bool) -> None:
         self.progress_bar.max, self.progress_bar.value = max(state.max_steps, 1), state.global_step
         self.progress_bar.bar_style = ""
         self.stop_button.disabled, self.stop_button.description = False, "Stop after this step"
@@ -95,7 +92,7 @@ class WidgetPanel:
 
             display(self.widget)
 
-    def update(self, view: LiveView, state, new_diagnoses: Sequence) -> None:
+    def update(self, view, state, new_diagnoses: Sequence) -> None:
         self.progress_bar.max, self.progress_bar.value = max(state.max_steps, 1), state.global_step
         self.progress_text.value = progress_html(view, state)
         self._add_banners(new_diagnoses)
@@ -105,7 +102,7 @@ class WidgetPanel:
     def stopping(self) -> None:
         self.stop_button.disabled, self.stop_button.description = True, "Stopping after this step…"
 
-    def end(self, view: LiveView, state, summary: str, new_diagnoses: Sequence) -> None:
+    def end(self, view, state, summary: str, new_diagnoses: Sequence) -> None:
         self._add_banners(new_diagnoses)
         self.progress_text.value = progress_html(view, state, final=summary)
         self.stop_button.disabled = True
@@ -125,7 +122,7 @@ def _with_class(widget, css_class: str):
     return widget
 
 
-def progress_html(view: LiveView, state, final: str | None = None) -> str:
+def progress_html(view, state, final: str | None = None) -> str:
     elapsed, eta = view.times(state)
     head = f"<b>step {state.global_step} / {state.max_steps}</b> · {elapsed} elapsed"
     tail = f" · {html.escape(final)}" if final else f" · ETA {eta}"
