@@ -108,7 +108,7 @@ def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token
 
     gguf_file, out_dir = Path(gguf_file), Path(out_dir)
     kw = dict(gguf_file=gguf_file.name)
-    special = _gguf_special_tokens(gguf_file)
+    kind, pre, special = _gguf_tokenizer(gguf_file)
     try:
         tok = AutoTokenizer.from_pretrained(gguf_file.parent, clean_up_tokenization_spaces=False, **kw)
     except AttributeError as e:
@@ -135,7 +135,6 @@ def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token
     tmp = out_dir.with_name(out_dir.name + ".partial")
     plain.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
-    kind, pre = _gguf_tokenizer(gguf_file)
     if kind == "gpt2":
         repair_tokenizer(tmp, pre)
     if out_dir.exists():  # a forced rebuild
@@ -144,27 +143,20 @@ def gguf_to_safetensors(gguf_file: str | Path, out_dir: str | Path, *, eos_token
     return out_dir
 
 
-def _gguf_tokenizer(gguf_file: Path) -> tuple[str, str]:
-    """The GGUF's tokenizer model ("gpt2" for byte-level BPE, "llama" for SentencePiece) and pre-tokenizer."""
+def _gguf_tokenizer(gguf_file: Path) -> tuple[str, str, dict[str, str]]:
+    """From one read of the GGUF's metadata: its tokenizer model ("gpt2" for byte-level BPE, "llama" for
+    SentencePiece), its pre-tokenizer, and its own end-of-sequence and padding tokens by their text
+    ({"eos": ..., "pad": ...}, those it names)."""
     from gguf import GGUFReader
 
     fields = GGUFReader(gguf_file).fields
-    kind, pre = (fields.get(f"tokenizer.ggml.{k}") for k in ("model", "pre"))
-    return kind.contents() if kind else "", pre.contents() if pre else "gpt-2"
-
-
-def _gguf_special_tokens(gguf_file: Path) -> dict[str, str]:
-    """The GGUF's own end-of-sequence and padding tokens, by their text ({"eos": ..., "pad": ...})."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(gguf_file).fields
-    tokens = fields.get("tokenizer.ggml.tokens")
-    found = {}
+    kind, pre, tokens = (fields.get(f"tokenizer.ggml.{k}") for k in ("model", "pre", "tokens"))
+    special = {}
     for name, key in (("eos", "eos_token_id"), ("pad", "padding_token_id")):
         field = fields.get(f"tokenizer.ggml.{key}")
         if field is not None and tokens is not None and 0 <= (i := int(field.contents())) < len(tokens.data):
-            found[name] = tokens.contents(i)
-    return found
+            special[name] = tokens.contents(i)
+    return kind.contents() if kind else "", pre.contents() if pre else "gpt-2", special
 
 
 def byte_level_tokenizer(data: dict, pre: str) -> dict:
