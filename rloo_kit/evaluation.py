@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from math import comb
 
@@ -86,17 +86,24 @@ def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool 
 def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample: bool = False,
                  max_new_tokens: int = 64, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                  min_p: float | None = None, repetition_penalty: float = 1.0,
-                 batch_size: int = 32, progress: Callable[[int, int], None] | None = None) -> list[list[list[int]]]:
+                 batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
+                 prefixes: list[list[int]] | None = None) -> list[list[list[int]]]:
     """Completion token ids, `samples` per prompt, each cut after its first end-of-sequence token
     (kept, as TRL counts it). Prompts in chat form get the model's chat template, as in training;
     sampling settings are TRL's RLOOConfig fields of the same names. `progress(token, max_new_tokens)`
-    is called as decoding goes, so a long generation can say how far it got."""
+    is called as decoding goes, so a long generation can say how far it got. `prefixes` (one per prompt,
+    with samples=1): completions begun earlier, each continued by up to `max_new_tokens` (only the new
+    tokens are returned), so that a longer look costs only the tokens it adds."""
     from transformers import GenerationConfig, StoppingCriteriaList
 
+    if prefixes is not None and (samples != 1 or len(prefixes) != len(prompts)):
+        raise ValueError("prefixes: one begun completion per prompt, with samples=1.")
     texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
              for p in prompts]
+    rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    rows = [r + list(prefix) for r, prefix in zip(rows, prefixes, strict=True)] if prefixes is not None else rows
     eos = eos_token_ids(model, tokenizer)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=do_sample, num_return_sequences=samples,
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=do_sample,
                               temperature=temperature if do_sample else None, top_p=top_p if do_sample else None,
                               top_k=top_k if do_sample else None, min_p=min_p if do_sample else None,
                               repetition_penalty=repetition_penalty, pad_token_id=tokenizer.pad_token_id,
@@ -106,12 +113,13 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
     model.eval()
     out: list[list[list[int]]] = []
     try:
-        for i in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = enc.to(model.device)
+        for i in range(0, len(rows), batch_size):
+            enc = tokenizer.pad({"input_ids": rows[i:i + batch_size]}, padding=True, return_tensors="pt")
+            enc = {k: v.repeat_interleave(samples, dim=0).to(model.device) for k, v in enc.items()}
             watch = StoppingCriteriaList([_Progress(progress, enc["input_ids"].shape[1], max_new_tokens)] if progress
                                          else [])
-            new = model.generate(**enc, generation_config=config, stopping_criteria=watch)
+            with lean_generation(model):
+                new = model.generate(**enc, generation_config=config, stopping_criteria=watch)
             new = new[:, enc["input_ids"].shape[1]:].tolist()
             out.extend([_cut(r, eos) for r in new[j:j + samples]] for j in range(0, len(new), samples))
     except torch.cuda.OutOfMemoryError as e:
@@ -121,6 +129,23 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
         tokenizer.padding_side = side
         model.train(was_training)
     return out
+
+
+@contextlib.contextmanager
+def lean_generation(model) -> Iterator[None]:
+    """On a CPU, sampling that pays less per token and per prompt, as the training sampler (`cpu_step`) does:
+    inference mode; each distinct prompt read once, however many completions it gets (transformers reads it
+    once per completion); the categorical draw by inverting the cumulative distribution, which
+    `torch.multinomial` makes far dearer there (one exponential per vocabulary entry, row by row). The same
+    draws in distribution, and greedy completions the same tokens. A GPU's generation (and Unsloth's) is left
+    as it comes."""
+    if model.device.type != "cpu":
+        yield
+        return
+    from .cpu_step import categorical_sampling, shared_prompts
+
+    with torch.inference_mode(), categorical_sampling(), shared_prompts(model):
+        yield
 
 
 class _Progress(StoppingCriteria):

@@ -274,8 +274,8 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     ids, widened_from = sample(probe), None
     if _ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit:
         widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
-        _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; sampling again to {probe}")
-        ids = sample(probe)
+        _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
+        ids = sample.extend(ids, widened_from, probe)
     judge = _Judge(tokenizer, sample, ids, picked, rows, match or "final")
     ended = [len(seq) for group in ids for seq in group if seq and seq[-1] in sample.eos]
     asked = judge(length, funcs, weights)
@@ -314,12 +314,28 @@ class _Sampler:
         self.eos = eos_token_ids(model, tokenizer)
 
     def __call__(self, probe: int) -> list[list[list[int]]]:
-        c = self.config
         label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions"
-        return generate_ids(self.model, self.tokenizer, self.prompts, samples=self.k, do_sample=True,
-                            max_new_tokens=probe, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k or None,
-                            min_p=c.min_p, repetition_penalty=c.repetition_penalty, batch_size=len(self.prompts),
-                            progress=progress_lines(label) if self.progress else None)
+        return self._generate(self.prompts, label, max_new_tokens=probe, samples=self.k)
+
+    def extend(self, ids: list[list[list[int]]], start: int, probe: int) -> list[list[list[int]]]:
+        """The same draw looked at further: each completion still open at `start` tokens is continued up to
+        `probe` (what sampling it to `probe` from the start would give, at the cost of the added tokens only)."""
+        still_open = [(i, j) for i, group in enumerate(ids) for j, seq in enumerate(group)
+                      if not seq or seq[-1] not in self.eos]
+        added = self._generate([self.prompts[i] for i, _ in still_open],
+                               f"pre-flight: {len(still_open)} cut completions continued",
+                               max_new_tokens=probe - start, prefixes=[ids[i][j] for i, j in still_open])
+        longer = [[list(seq) for seq in group] for group in ids]
+        for (i, j), (more,) in zip(still_open, added, strict=True):
+            longer[i][j] += more
+        return longer
+
+    def _generate(self, prompts: list, label: str, **kwargs) -> list[list[list[int]]]:
+        c = self.config
+        return generate_ids(self.model, self.tokenizer, prompts, do_sample=True, temperature=c.temperature,
+                            top_p=c.top_p, top_k=c.top_k or None, min_p=c.min_p,
+                            repetition_penalty=c.repetition_penalty, batch_size=max(1, len(prompts)),
+                            progress=progress_lines(label) if self.progress else None, **kwargs)
 
 
 class _Judge:

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import rloo_kit
+from rloo_kit import cpu_step
 from rloo_kit.evaluation import (
     EvalReport,
     compare,
@@ -45,6 +46,40 @@ def test_report_and_self_comparison(tiny_lora):
     assert (diff == 0).all() and len(diff) >= 5
     with pytest.raises(ValueError, match="greedy"):
         evaluate(model, tok, test, samples=2, greedy=True)
+
+
+def test_samples_read_their_prompt_once_and_greedy_ones_agree(tiny_lora):
+    """generate_ids (evaluation and the pre-flight) samples as the training sampler does on a CPU: each
+    prompt's pass once for all its completions, the cheap categorical draw, and nothing left patched."""
+    from rloo_kit.evaluation import generate_ids
+
+    model, tok = tiny_lora
+    prompts = [[{"role": "user", "content": "Add 3 and 4."}], [{"role": "user", "content": "Hi"}]]
+    rows = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(o.shape[0]))
+    try:
+        greedy = generate_ids(model, tok, prompts, samples=3, max_new_tokens=5)
+        assert rows[0] == 2 and set(rows[1:]) == {6}  # two prompts read, then six rows decoded
+        assert all(group == [group[0]] * 3 for group in greedy)
+        assert [g[0] for g in greedy] == [g[0] for g in generate_ids(model, tok, prompts, max_new_tokens=5)]
+        sampled = generate_ids(model, tok, prompts, samples=3, do_sample=True, max_new_tokens=5)
+        assert [len(g) for g in sampled] == [3, 3] and all(0 < len(s) <= 5 for g in sampled for s in g)
+    finally:
+        hook.remove()
+    assert torch.multinomial is cpu_step._multinomial and "generate" not in vars(model)  # put back
+
+
+def test_a_begun_completion_continues_as_if_never_stopped(tiny_lora):
+    from rloo_kit.evaluation import generate_ids
+
+    model, tok = tiny_lora
+    prompts = [[{"role": "user", "content": "Add 3 and 4."}], [{"role": "user", "content": "Say hello to everyone."}]]
+    whole = generate_ids(model, tok, prompts, max_new_tokens=9)
+    begun = generate_ids(model, tok, prompts, max_new_tokens=4)
+    rest = generate_ids(model, tok, prompts, max_new_tokens=5, prefixes=[g[0] for g in begun])
+    assert [b[0] + r[0] for b, r in zip(begun, rest, strict=True)] == [g[0] for g in whole]  # greedy: the same tokens
+    with pytest.raises(ValueError, match="one begun completion per prompt"):
+        generate_ids(model, tok, prompts, samples=2, prefixes=[g[0] for g in begun])
 
 
 def test_base_and_adapter_from_one_model(tiny_lora):

@@ -1,6 +1,7 @@
 """The pre-flight: its arithmetic on made-up numbers, its structure on the tiny model, and its verdicts on
 the real default model, where they must predict what training would do."""
 
+import importlib
 import math
 
 import numpy as np
@@ -146,6 +147,35 @@ def test_fit_task_trains_the_setup_the_report_judged():
     assert calm.max_completion_length == 16 and len(calm.reward_funcs) == 1 and notes == []
     fixed = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)  # a task that sets its own length keeps it
     assert fit_task(fixed, judged) == (fixed, [])
+
+
+def test_a_probe_still_cut_is_widened_by_continuing_its_own_samples(tiny_model_dir, monkeypatch):
+    """The random tiny model never ends a reply: the probe (4 x 8 tokens) is widened once, to 64, by continuing
+    the cut samples rather than drawing new ones, so the 32 tokens already sampled are kept and paid once."""
+    from rloo_kit import evaluation
+
+    module = importlib.import_module("rloo_kit.preflight")  # the package's `preflight` is the function
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    data = rloo_kit.arithmetic_task(n_train=24, n_test=4)["train"]
+    calls = []
+    real = evaluation.generate_ids
+
+    def recorded(model, tokenizer, prompts, **kw):
+        out = real(model, tokenizer, prompts, **kw)
+        calls.append((kw["max_new_tokens"], kw.get("prefixes"), out))
+        return out
+
+    monkeypatch.setattr(module, "generate_ids", recorded)
+    r = rloo_kit.preflight(model, tok, data, [correct_answer], preset="cpu", num_generations=2,
+                           max_completion_length=8, n_prompts=4, progress=False)
+    (first, _, drawn), (more, prefixes, added) = calls
+    assert (first, more, r.widened_from, r.probe_length) == (32, 32, 32, 64)
+    eos = evaluation.eos_token_ids(model, tok)
+    cut = [seq for group in drawn for seq in group if seq[-1] not in eos]
+    assert prefixes == cut and len(added) == len(cut) > 4  # only the cut ones go on, from where they were
+    assert sorted(r.lengths) == sorted([len(s) for g in drawn for s in g if s[-1] in eos]
+                                       + [32 + len(a) for (a,) in added])
 
 
 def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):
