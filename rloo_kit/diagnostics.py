@@ -45,8 +45,10 @@ class Thresholds:
     clipped_ratio: float = 0.5
     # reward_hacking (needs a held-back gold scorer, reward_models.GoldMonitor, logging gold/mean beside the proxy):
     # gold below its best by gold_drop x max(|best|, gold_floor) for gold_patience measurements in a row while the
-    # proxy is above its level at the best; or no new gold best for gold_stall measurements while the proxy rose
-    # and KL grew kl_hack_growth times its level at the best (floored at kl_floor).
+    # proxy holds (no more than proxy_hold x |its level at the best| below it, or above); or no new gold best for
+    # gold_stall measurements while the proxy held and KL grew kl_hack_growth times its level at the best (floored
+    # at kl_floor). A proxy that falls with gold is a policy getting worse, not one exploiting its reward.
+    proxy_hold: float = 0.02
     gold_drop: float = 0.15
     gold_floor: float = 0.2
     gold_patience: int = 2
@@ -151,8 +153,10 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
 
 
 def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
-    """The proxy (the trained-on reward, `proxy/mean`, else the step's `reward`) still rising while a held-back gold
-    score (`gold/mean`) falls from its best, or stalls while the KL to the reference grows."""
+    """The proxy (the trained-on reward, `proxy/mean`, else the step's `reward`) rising or holding while a held-back
+    gold score (`gold/mean`) falls from its best, or stalls while the KL to the reference grows. A proxy that
+    saturates while gold falls is the common case: the reward model rates the new answers as highly as the best
+    ones, the gold rule does not."""
     points = [h for h in history if h.get("gold/mean") is not None]
     if len(points) < max(3, t.gold_patience + 1):
         return None
@@ -163,8 +167,10 @@ def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
         return h.get("proxy/mean", h.get("reward"))
 
     last, at_best = points[-1], points[best]
-    if proxy(last) is None or proxy(at_best) is None or proxy(last) <= proxy(at_best):
+    if proxy(last) is None or proxy(at_best) is None:
         return None
+    if proxy(last) < proxy(at_best) - t.proxy_hold * abs(proxy(at_best)):
+        return None  # the proxy fell with gold
     ev = {"best_step": at_best["step"], "gold_best": round(gold[best], 4), "gold_now": round(gold[-1], 4),
           "proxy_at_best": round(proxy(at_best), 4), "proxy_now": round(proxy(last), 4), "step_now": last["step"]}
     drop = t.gold_drop * max(abs(gold[best]), t.gold_floor)
@@ -226,7 +232,8 @@ def _hacking_advice(ev: dict, args, beta: float | None) -> tuple[str, str]:
     kept = (f"checkpoint-{step} in the output directory" if save_steps and step and step % save_steps == 0 else
             f"the checkpoint nearest step {step}; set save_steps so that one falls on each gold measurement")
     b = f"{beta:g} -> {max(4 * beta, 0.1):g}" if beta else "0 -> 0.1"
-    return (f"Reward hacking: the trained-on (proxy) reward kept rising ({ev['proxy_at_best']:g} -> "
+    trend = "kept rising" if ev["proxy_now"] > ev["proxy_at_best"] else "held"
+    return (f"Reward hacking: the trained-on (proxy) reward {trend} ({ev['proxy_at_best']:g} -> "
             f"{ev['proxy_now']:g}) while {what}. The policy is exploiting the reward model's mistakes, not getting "
             "better at what the reward model stood for.",
             f"stop at the best gold step, {step}, and keep it: {kept} (HealthMonitor(stop_on=['reward_hacking']) stops "

@@ -217,6 +217,13 @@ def test_reward_hacking_is_named_when_gold_falls_as_the_proxy_rises():
     assert "preference data" in d.fix
 
 
+def test_reward_hacking_is_named_when_the_proxy_saturates_as_gold_falls():
+    """As measured at beta=0 against a reward model (benchmarks/results/reward-model.md): gold 0.59, 0.78, 0.62,
+    0.56 while the reward model's score of the same answers stayed at 7.45."""
+    (d,) = hacking(gold_history([0.41, 0.59, 0.78, 0.62, 0.56], [1.4, 6.45, 7.457, 7.446, 7.448]))
+    assert d.evidence["sign"] == "gold_falls" and d.evidence["best_step"] == 9 and "reward held" in d.message
+
+
 def test_reward_hacking_is_named_when_kl_grows_while_gold_stalls():
     (d,) = hacking(gold_history([0.4, 0.6, 0.58, 0.6, 0.59, 0.6], [0.1, 0.5, 0.9, 1.4, 1.9, 2.5],
                                 kl=[0.01, 0.02, 0.05, 0.1, 0.2, 0.4]))
