@@ -66,10 +66,11 @@ def run(name: str, max_steps: int, preflight_only: bool, reuse: bool, verdict_ag
     metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
     if preflight_only and (out / "preflight.json").is_file():
         metrics = {"preflight": summary(json.loads((out / "preflight.json").read_text()))}
+    again = out / "preflight-again.json"  # a verdict taken again is the row's verdict from then on
     if verdict_again and metrics:
-        again = out / "preflight-again.json"
         subprocess.run([sys.executable, "-m", "rloo_kit.cli", "preflight", *options, "--json", str(again)],
                        capture_output=True, text=True)
+    if metrics and reuse and again.is_file():
         metrics["preflight"] = summary(json.loads(again.read_text()))
     refusal = next((line for line in done.stderr.splitlines() if line.startswith("rloo-kit:")), None) if done else None
     return {"task": name, "kind": kind, "exit_code": done.returncode if done else None, "wall_minutes": wall,
@@ -126,7 +127,8 @@ def main() -> None:
     ap.add_argument("--preflight-only", nargs="*", default=[], help="tasks to give the verdict alone, untrained")
     ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-verdict-*")
     ap.add_argument("--verdict-again", nargs="*", default=[],
-                    help="with --reuse: tasks whose verdict is taken again by today's pre-flight (training kept)")
+                    help="with --reuse: tasks whose verdict is taken again by today's pre-flight (training kept); "
+                         "a verdict taken again stays the row's verdict in later --reuse runs")
     args = ap.parse_args()
     runs = [run(name, args.max_steps, name in args.preflight_only, args.reuse, name in args.verdict_again)
             for name in args.tasks]

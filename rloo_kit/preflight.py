@@ -400,10 +400,9 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
             problems.append(Problem(
                 "unscored", f"Reward '{r.name}' gave no usable score for {r.unscored:.0%} of the samples "
                 f"({describe(Counter(r.causes))}).",
-                "make it return one float per completion (None only where it does not apply); try it by hand on "
-                "the examples in report.examples" + ("; a hub id string must name a reward model you can load: "
-                                                    "rewards.reward_model(model, tokenizer)" if nothing else ""),
-                blocking=nothing))
+                "Make it return one float per completion (None only where it does not apply), and try it by hand "
+                "on a few completions: the pre-flight report's examples (`report.examples`, or `examples` in "
+                "`rloo-kit preflight --json`).", blocking=nothing))
     g, temp, length = report.num_generations, report.temperature, setup.max_completion_length
     names = {r.name for r in setup.rewards}
     # flat because right in all K samples, not because wrong or cut: the model already knows these prompts
