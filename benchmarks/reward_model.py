@@ -46,7 +46,7 @@ def step_seconds(history: list[dict]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--prompts", type=int, default=120, help="training prompts sampled for preference pairs")
+    ap.add_argument("--prompts", type=int, default=240, help="training prompts sampled for pairs (notebook 04)")
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.1])
