@@ -87,7 +87,8 @@ def summary(report: dict) -> dict:
         return {**{k: setup[k] for k in keys}, "problems": [p["kind"] for p in setup["problems"]]}
 
     return {"ok": report["ok"], "verdict": report["verdict"], "problems": report["kinds"],
-            "seconds": round(report["seconds"], 1), **figures({**report, "problems": report["problems"]}),
+            "seconds": round(report["seconds"], 1), "probe_length": report["probe_length"],
+            "widened_from": report["widened_from"], **figures({**report, "problems": report["problems"]}),
             "as_asked": figures(report["asked"])}
 
 
