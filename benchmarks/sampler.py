@@ -51,9 +51,9 @@ def main() -> None:
     model = rloo_kit.attach_lora(model, preset="cpu")  # as the pre-flight sees it: an untrained adapter on
     lean = evaluation.lean_generation
     seconds: dict[str, dict[str, list[float]]] = {t: {"lean": [], "as it comes": []} for t in args.tasks}
+    prompts_of = {task: task_prompts(task, args.prompts) for task in args.tasks}
     for r in range(args.rounds):
-        for task in args.tasks:
-            prompts = task_prompts(task, args.prompts)
+        for task, prompts in prompts_of.items():
             order = [("lean", lean), ("as it comes", as_it_comes)]
             for name, sampler in order if r % 2 == 0 else order[::-1]:
                 evaluation.lean_generation = sampler

@@ -277,7 +277,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
         _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
         ids = sample.extend(ids, widened_from, probe)
     judge = _Judge(tokenizer, sample, ids, picked, rows, match or "final")
-    ended = [len(seq) for group in ids for seq in group if seq and seq[-1] in sample.eos]
+    ended = [len(seq) for group in ids for seq in group if _ended(seq, sample.eos)]
     asked = judge(length, funcs, weights)
     suggestion = _suggest(ended, k * len(rows), probe, length)
     report = PreflightReport(
@@ -321,7 +321,7 @@ class _Sampler:
         """The same draw looked at further: each completion still open at `start` tokens is continued up to
         `probe` (what sampling it to `probe` from the start would give, at the cost of the added tokens only)."""
         still_open = [(i, j) for i, group in enumerate(ids) for j, seq in enumerate(group)
-                      if not seq or seq[-1] not in self.eos]
+                      if not _ended(seq, self.eos)]
         added = self._generate([self.prompts[i] for i, _ in still_open],
                                f"pre-flight: {len(still_open)} cut completions continued",
                                max_new_tokens=probe - start, prefixes=[ids[i][j] for i, j in still_open])
@@ -385,9 +385,14 @@ class _Judge:
             cut_without_spread=float(np.mean([p.truncated >= 1.0 for p in flat])) if flat else 0.0)
 
 
+def _ended(seq: list[int], eos: set[int]) -> bool:
+    """Whether a sampled completion ended (its last token an end-of-sequence), rather than being cut."""
+    return bool(seq) and seq[-1] in eos
+
+
 def _ended_share(ids: list, eos: set[int]) -> float:
     seqs = [seq for group in ids for seq in group]
-    return sum(bool(seq) and seq[-1] in eos for seq in seqs) / max(1, len(seqs))
+    return sum(_ended(seq, eos) for seq in seqs) / max(1, len(seqs))
 
 
 def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
