@@ -272,6 +272,66 @@ def test_gold_monitor_logs_gold_beside_the_proxy_on_a_real_run(tiny_model_dir, t
         rloo_kit.GoldMonitor(short_is_good, held_out.select([]))
 
 
+def letter_share(prompts, completions, **kw) -> list[float]:
+    """The proxy: a scorer that likes words, as a reward model that rates wordy answers highly does."""
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [sum(ch.isascii() and ch.isalpha() for ch in t) / max(len(t), 1) for t in texts]
+
+
+def not_letters(prompts, completions, **kw) -> list[float]:
+    """A gold rule the proxy works against: what was wanted is whatever the letters crowd out."""
+    return [1 - v for v in letter_share(prompts, completions)]
+
+
+def no_digits(prompts, completions, **kw) -> list[float]:
+    """A gold rule the proxy serves without being it: completions free of digits."""
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [1 - sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+
+
+@pytest.fixture(scope="module")
+def sharp_model_dir(tmp_path_factory):
+    """A tiny model whose weights are drawn wide enough that RLOO moves its samples in sixteen steps (the plain
+    tiny model's logits are too flat for its sampling to change in that time)."""
+    from rloo_kit.testing import build_tiny_bpe_model
+
+    return build_tiny_bpe_model(tmp_path_factory.mktemp("sharp") / "llama", architecture="llama")
+
+
+def run_with_gold(model_dir, out, gold) -> tuple:
+    """Sixteen real RLOO steps on `letter_share` at beta 0, gold measured every 2 steps on 16 held-out prompts."""
+    from .helpers import arithmetic_rows
+
+    model, tok = rloo_kit.load_model(str(model_dir), preset="cpu")
+    trainer = rloo_kit.build_trainer(model, tok, arithmetic_rows(32), [letter_share], preset="cpu", output_dir=str(out),
+                                     max_steps=16, per_device_train_batch_size=8, num_generations=4,
+                                     max_completion_length=8, learning_rate=3e-2, beta=0.0, logging_steps=1,
+                                     save_strategy="no", disable_tqdm=True, seed=0)
+    held_out = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and 2."}] for i in range(16)]})
+    monitor = rloo_kit.GoldMonitor(gold, held_out, every=2).attach(trainer)
+    rloo_kit.train(trainer)
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    return monitor.records, rewards, trainer.health_monitor.diagnoses
+
+
+@pytest.mark.heavy
+def test_reward_hacking_appears_on_a_real_run_whose_proxy_works_against_gold_and_not_on_its_twin(sharp_model_dir,
+                                                                                                tmp_path):
+    """One training run, twice: same seed, same proxy, so the same policy step for step; only the held-back gold
+    differs. Against a gold the proxy works against, the monitor names reward_hacking while the run trains; against
+    a gold the proxy serves, the same run is left alone."""
+    hacked, rewards, diagnoses = run_with_gold(sharp_model_dir, tmp_path / "against", not_letters)
+    assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4 + 0.1, rewards  # the policy really learned the proxy
+    assert hacked[-1]["proxy/mean"] > hacked[0]["proxy/mean"] and hacked[-1]["gold/mean"] < hacked[0]["gold/mean"]
+    (d,) = [d for d in diagnoses if d.kind == "reward_hacking"]
+    assert d.evidence["sign"] == "gold_falls" and d.step <= 16 and "beta 0 -> 0.1" in d.fix
+
+    healthy, rewards_again, diagnoses = run_with_gold(sharp_model_dir, tmp_path / "serves", no_digits)
+    assert rewards_again == pytest.approx(rewards)  # the same training: gold is measured, never optimised
+    assert [r["proxy/mean"] for r in healthy] == pytest.approx([r["proxy/mean"] for r in hacked])
+    assert "reward_hacking" not in {d.kind for d in diagnoses}
+
+
 def test_preferences_from_the_policys_own_samples_follow_the_gold_rule(tiny_model_dir):
     from rloo_kit.reward_models import gold_summary, sample_preferences
 
