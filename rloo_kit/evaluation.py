@@ -9,7 +9,6 @@ switching the adapter off for the base.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from math import comb
 
 import pandas as pd
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
 from .rewards import RewardFunc, extract_answer, is_correct
@@ -95,7 +94,7 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
     is called as decoding goes, so a long generation can say how far it got. `prefixes` (one per prompt,
     with samples=1): completions begun earlier, each continued by up to `max_new_tokens` (only the new
     tokens are returned), so that a longer look costs only the tokens it adds."""
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, StoppingCriteriaList
 
     if prefixes is not None and (samples != 1 or len(prefixes) != len(prompts)):
         raise ValueError("prefixes: one begun completion per prompt, with samples=1.")
@@ -120,10 +119,9 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
             watch = StoppingCriteriaList([_Progress(progress, enc["input_ids"].shape[1], max_new_tokens)] if progress
                                          else [])
             with lean_generation(model):
-                new = (_generate_compacting(model, enc, config, eos, watch) if model.device.type == "cpu" else
-                       [_cut(r, eos) for r in model.generate(**enc, generation_config=config, stopping_criteria=watch)
-                        [:, enc["input_ids"].shape[1]:].tolist()])
-            out.extend(new[j:j + samples] for j in range(0, len(new), samples))
+                new = model.generate(**enc, generation_config=config, stopping_criteria=watch)
+            new = new[:, enc["input_ids"].shape[1]:].tolist()
+            out.extend([_cut(r, eos) for r in new[j:j + samples]] for j in range(0, len(new), samples))
     except torch.cuda.OutOfMemoryError as e:
         raise GPUOutOfMemoryError(f"CUDA ran out of memory generating {batch_size} prompts x {samples} samples x "
                                   f"{max_new_tokens} tokens. Lower batch_size= or samples=, or max_new_tokens.") from e
@@ -148,53 +146,6 @@ def lean_generation(model) -> Iterator[None]:
 
     with torch.inference_mode(), categorical_sampling(), shared_prompts(model):
         yield
-
-
-COMPACT_SHARE = 1 / 8  # the share of a batch's rows that must have ended before they leave it
-
-
-def _generate_compacting(model, enc: dict, config, eos: set[int], stopping: StoppingCriteriaList) -> list[list[int]]:
-    """`model.generate`, but rows that have ended leave the batch, on a CPU, where each row still decoded
-    costs its share of every token's time (transformers decodes ended rows to the last token as padding).
-    Generation pauses whenever COMPACT_SHARE of the rows still open have ended; the open rows, with their
-    slice of the KV cache, go on from where they stopped. Greedy rows get exactly the tokens of one
-    uninterrupted `generate`; sampled rows the same distribution. Returns each row's new tokens, cut
-    after the first end-of-sequence."""
-    start, left = enc["input_ids"].shape[1], config.max_new_tokens
-    ids, mask, cache = enc["input_ids"], enc["attention_mask"], None
-    open_rows, out = list(range(len(ids))), [[] for _ in range(len(ids))]
-    while open_rows and left > 0:
-        chunk = copy.copy(config)
-        chunk.max_new_tokens, chunk.return_dict_in_generate = left, True
-        result = model.generate(input_ids=ids, attention_mask=mask, generation_config=chunk,
-                                stopping_criteria=StoppingCriteriaList([*stopping, _EndedShare(eos, COMPACT_SHARE)]),
-                                **({"past_key_values": cache} if cache else {}))
-        seq, made = result.sequences, result.sequences.shape[1] - ids.shape[1]
-        left -= made
-        keep = []
-        for i, row in enumerate(open_rows):
-            out[row] = _cut(seq[i, start:].tolist(), eos)
-            if len(out[row]) == seq.shape[1] - start and out[row][-1] not in eos:
-                keep.append(i)  # not ended: goes on
-        if not keep or left <= 0:
-            break
-        cache = result.past_key_values
-        cache.batch_select_indices(torch.tensor(keep))
-        ids, mask = seq[keep], torch.cat([mask, mask.new_ones(len(mask), made)], 1)[keep]
-        open_rows = [open_rows[i] for i in keep]
-    return out
-
-
-class _EndedShare(StoppingCriteria):
-    """Stops the whole batch once `share` of its rows have produced an end-of-sequence token."""
-
-    def __init__(self, eos: set[int], share: float):
-        self.eos, self.share, self.ended = torch.tensor(sorted(eos)), share, None
-
-    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
-        last = torch.isin(input_ids[:, -1], self.eos.to(input_ids.device))
-        self.ended = last if self.ended is None else self.ended | last
-        return torch.full_like(last, bool(self.ended.float().mean() >= self.share))
 
 
 class _Progress(StoppingCriteria):

@@ -82,34 +82,6 @@ def test_a_begun_completion_continues_as_if_never_stopped(tiny_lora):
         generate_ids(model, tok, prompts, samples=2, prefixes=[g[0] for g in begun])
 
 
-def test_rows_that_end_leave_the_batch_and_the_rest_decode_as_before(tmp_path, monkeypatch):
-    """On a CPU, generate_ids drops ended rows from the batch (and the KV cache) as it goes: the greedy tokens are
-    those of one uninterrupted generate, and later tokens are decoded for fewer rows."""
-    from rloo_kit import evaluation
-    from rloo_kit.testing import build_tiny_bpe_model
-
-    model, tok = rloo_kit.load_model(str(build_tiny_bpe_model(tmp_path / "sharp", architecture="llama")), preset="cpu")
-    prompts = [[{"role": "user", "content": f"What is {a}+{b}?"}] for a, b in [(1, 2), (7, 5), (12, 0), (3, 3), (9, 4)]]
-
-    def run(share: float) -> tuple[list, list[int]]:
-        monkeypatch.setattr(evaluation, "COMPACT_SHARE", share)
-        rows = []
-        hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(o.shape[0]))
-        try:
-            return evaluation.generate_ids(model, tok, prompts, samples=2, max_new_tokens=12), rows
-        finally:
-            hook.remove()
-
-    plain, _ = run(2.0)  # a share never reached: one uninterrupted generate
-    firsts = {g[0][k] for g, k in zip(plain, [1, 3, 6], strict=False)}  # tokens that end three rows at 2, 4 and 7
-    model.generation_config.eos_token_id = sorted({tok.eos_token_id, *firsts})
-    plain, plain_rows = run(2.0)
-    compact, compact_rows = run(1 / 8)
-    assert compact == plain and len({len(g[0]) for g in plain}) > 1  # rows of different lengths
-    assert set(plain_rows[1:]) == {10} and min(compact_rows[1:]) < 10 and sum(compact_rows) < sum(plain_rows)
-    assert all(s[-1] in firsts | {tok.eos_token_id} for g in compact for s in g if len(s) < 12)
-
-
 def test_base_and_adapter_from_one_model(tiny_lora):
     model, tok = tiny_lora
     test = rloo_kit.arithmetic_task(n_train=4, n_test=4)["test"]
