@@ -13,6 +13,7 @@ from rloo_kit import ConfigError, DataError, RewardError
 from rloo_kit.cli import _with_reward_model, main
 from rloo_kit.presets import RM_PRESETS, RewardModelPreset, rm_preset
 from rloo_kit.reward_models import load_preferences, pair_accuracy, pair_text, split_preferences
+from rloo_kit.rewards import completion_text
 
 
 def preference_rows(n: int = 24, seed: int = 0) -> list[dict]:
@@ -274,7 +275,7 @@ def test_gold_monitor_logs_gold_beside_the_proxy_on_a_real_run(tiny_model_dir, t
 
 def letter_share(prompts, completions, **kw) -> list[float]:
     """The proxy: a scorer that likes words, as a reward model that rates wordy answers highly does."""
-    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    texts = map(completion_text, completions)
     return [sum(ch.isascii() and ch.isalpha() for ch in t) / max(len(t), 1) for t in texts]
 
 
@@ -285,7 +286,7 @@ def not_letters(prompts, completions, **kw) -> list[float]:
 
 def no_digits(prompts, completions, **kw) -> list[float]:
     """A gold rule the proxy serves without being it: completions free of digits."""
-    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    texts = map(completion_text, completions)
     return [1 - sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
 
 
