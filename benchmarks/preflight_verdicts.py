@@ -41,6 +41,8 @@ CASES = {
     "unscored": ("unscored: a reward of the user's that scores nothing", "opposites.jsonl",
                  ["--reward", str(TASKS / "unscored_reward.py") + ":json_answer"]),
 }
+TABLE = [name for name in CASES if name != "copy_number"]  # the committed table's tasks; copy_number is kept
+# to show why the solved case is sampled cold (at temperature 1 it is not solved), not as a row of its own
 
 
 def run(name: str, max_steps: int, preflight_only: bool, reuse: bool, verdict_again: bool = False) -> dict:
@@ -123,7 +125,7 @@ def goals(runs: list[dict]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--tasks", nargs="+", default=TABLE, choices=list(CASES))
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--preflight-only", nargs="*", default=[], help="tasks to give the verdict alone, untrained")
     ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-verdict-*")
