@@ -383,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "reward: higher keeps the policy closer to the model you started from (preset: 0.02 on a CPU)")
         sp.add_argument("--temperature", type=float, help="sampling temperature of the K completions: higher "
                         "gives more reward spread to learn from, and more nonsense (preset: 1.0)")
-        sp.add_argument("--learning-rate", type=float, help="the LoRA adapter's learning rate (preset: 2e-4 on a "
+        sp.add_argument("--learning-rate", type=float, help="the LoRA adapter's learning rate (preset: 4e-4 on a "
                         "CPU); too high shows as kl_explosion in the health monitor")
         sp.add_argument("--lora-r", type=int, help="LoRA rank: the adapter's capacity (preset: 16)")
         sp.add_argument("--lora-alpha", type=int, help="LoRA scale alpha; the update is scaled by alpha/r "

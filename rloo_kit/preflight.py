@@ -112,11 +112,13 @@ class Setup:
         return float(np.mean([p.pass_rate == 1.0 for p in self.prompts])) if self.pass_rate is not None else 0.0
 
     def headline(self) -> str:
-        """'at 16 tokens: 84% without spread, 84% cut -> cannot learn'"""
+        """'at 16 tokens: 84% without spread, 84% cut -> cannot learn [truncation]': the causes named
+        for each setup, so that the as-asked one keeps its own beside the setup the kit trains."""
         right = f", {self.pass_rate:.0%} right" if self.pass_rate is not None else ""
+        causes = ", ".join(p.kind + ("" if p.blocking else " (warning)") for p in self.problems)
         return (f"at {self.max_completion_length} tokens: {self.flat_fraction:.0%} of prompts without spread, "
                 f"{self.truncation_rate:.0%} of completions cut{right} -> "
-                + ("can learn" if self.ok else "cannot learn"))
+                + ("can learn" if self.ok else "cannot learn") + (f" [{causes}]" if causes else ""))
 
 
 class _Trained:

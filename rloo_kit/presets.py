@@ -67,9 +67,11 @@ class Preset:
         "in it); a file task left open is fitted by the pre-flight (16 -> 64 or more when answers are cut). "
         "GPU presets leave room for reasoning before an answer.")
     learning_rate: float = _help(
-        "2e-4 on the CPU, where the kit trains tiny models for tens of steps and LoRA's usual 1e-4-2e-4 learns "
-        "within them; 5e-5 (3e-5 at 80 GB) on GPUs, for longer runs on larger models, the usual RL-on-LoRA "
-        "range; too high a rate with too small a beta explodes the KL (troubleshooting notebook, 02).")
+        "4e-4 on the CPU, where the kit trains tiny models for tens of steps: LoRA's usual 2e-4 learned least "
+        "in 30 steps there, 1e-3 collapsed the policy to one answer (entropy ~0, KL ~3), 3e-4-5e-4 learned "
+        "most (benchmarks/results/learning-rate.md); 5e-5 (3e-5 at 80 GB) on GPUs, for longer runs on larger "
+        "models, the usual RL-on-LoRA range; too high a rate with too small a beta explodes "
+        "the KL (troubleshooting notebook, 02).")
     beta: float = _help(
         "Weight of the KL penalty to the base model, folded into the reward as TRL's RLOO does. 0.02-0.04 "
         "keeps the policy near the base without stopping it learning; raise it when the health monitor "
@@ -112,7 +114,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            memory_gb=8, max_params_b=0.5, suggested_models=("smollm2-135m", "HuggingFaceTB/SmolLM2-360M-Instruct"),
            load_in_4bit=False, lora_r=16, lora_alpha=32, lora_target_modules=LORA_ALL_LINEAR, max_seq_length=256,
            num_generations=4, per_device_train_batch_size=16, gradient_accumulation_steps=1,
-           max_completion_length=16, learning_rate=2e-4, beta=0.02, temperature=1.0, optim="adamw_torch",
+           max_completion_length=16, learning_rate=4e-4, beta=0.02, temperature=1.0, optim="adamw_torch",
            gradient_checkpointing=False),
     Preset("8gb", "8 GB consumer GPU (RTX 3060 Ti/3070/4060): 4-bit models up to ~1.5B.",
            memory_gb=8, max_params_b=1.5, suggested_models=_HUB["small"], load_in_4bit=True, lora_r=16,

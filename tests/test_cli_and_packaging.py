@@ -135,5 +135,5 @@ def test_every_preset_field_says_why(capsys):
         assert len(f.metadata.get("help", "")) > 20, f"Preset.{f.name} has no help text"
     assert main(["presets", "--explain", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "max_completion_length = 16\n" in out and "learning_rate = 0.0002\n" in out
+    assert "max_completion_length = 16\n" in out and "learning_rate = 0.0004\n" in out
     assert out.count("\n    ") == len(dataclasses.fields(Preset))  # a why under every field

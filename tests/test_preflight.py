@@ -82,7 +82,8 @@ def test_the_verdict_is_about_the_setup_that_will_be_trained():
     assert fitted.ok and fitted.problems == [] and fitted.max_completion_length == 64
     assert not fitted.asked.ok and fitted.asked.problems[0].kind == "truncation"  # the as-asked figures stay
     text = str(fitted)
-    assert "as asked: at 16 tokens: 90% of prompts without spread, 84% of completions cut" in text
+    assert ("as asked: at 16 tokens: 90% of prompts without spread, 84% of completions cut, 4% right -> cannot "
+            "learn [truncation]") in text  # the as-asked cause stays named beside the verdict on the trained one
     assert "the kit trains (completion length 16 -> 64): at 64 tokens: 31% of prompts without spread" in text
     assert text.rstrip().endswith("verdict: can learn (with the changes above)")
     d = fitted.to_dict()
