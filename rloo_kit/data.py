@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, load_dataset
 
 from .errors import DataError
-from .rewards import parse_number
+from .rewards import NUMBER, parse_number
 
 # How each operator is asked. Plain instructions, not "a+b=": a small model has to learn to answer
 # them with the sum rather than talk about the numbers, which is what RLOO teaches it on a CPU.
@@ -102,7 +103,9 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
     role/content messages, TRL's conversational format) becomes `prompt`; `answer_column`, if given,
     becomes `answer`: a string, or a list of accepted strings. `system_prompt` goes before every prompt
     that has no system message of its own. Answers drawn from a few repeated labels (a classification
-    task) also give a `labels` column, so that a reply naming two labels is not counted right. Other
+    task) also give a `labels` column, so that a reply naming two labels is not counted right; so do
+    numeric answers that are always one of the numbers their prompt offers ('Which is larger, 70 or 95?'),
+    so that the number a reply picks is scored, not the last it names. Other
     columns are kept for rewards to read. A row with no prompt or answer is refused, naming its line:
     an answer scored as the text 'None' would train and count a wrong target in silence."""
     records = _records(path, split, encoding)
@@ -128,6 +131,9 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
     if labels:
         for r in rows:
             r["labels"] = labels
+    elif answer_column and (offered := _offered_numbers(rows)):
+        for r, numbers in zip(rows, offered, strict=True):
+            r["labels"] = numbers
     try:
         return Dataset.from_list(rows)
     except Exception as e:  # pyarrow: a column with several kinds of value
@@ -150,7 +156,15 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
         import csv
 
         reader = csv.DictReader(text.splitlines())
-        return [(f"line {reader.line_num}", dict(r)) for r in reader if any((v or "").strip() for v in r.values())]
+        rows = []
+        for r in reader:
+            if None in r:  # csv puts the fields beyond the header's under None
+                raise DataError(f"'{path}' line {reader.line_num} has {len(reader.fieldnames) + len(r[None])} fields, "
+                                f"its header {len(reader.fieldnames)} ({', '.join(reader.fieldnames)}). A text with a "
+                                'comma needs double quotes: "Which is larger, 70 or 95?",95')
+            if any((v or "").strip() for v in r.values()):
+                rows.append((f"line {reader.line_num}", dict(r)))
+        return rows
     if kind == "json" and path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -245,6 +259,20 @@ def _label_set(answers: list) -> list[str] | None:
     if any(parse_number(a) is not None for a in counts) or not 2 <= len(counts) <= LABEL_MAX:
         return None
     return sorted(counts) if min(counts.values()) >= LABEL_MIN_COUNT else None
+
+
+def _offered_numbers(rows: list[dict]) -> list[list[str]] | None:
+    """Each row's prompt numbers, when every answer is one of at least two numbers its prompt offers (a
+    choice question, as 'Which is larger, 70 or 95?'), else None."""
+    offered = []
+    for r in rows:
+        answer, question = r["answer"], r["prompt"][-1]["content"]  # the user's turn
+        numbers = list(dict.fromkeys(re.findall(NUMBER, question)))
+        gold = parse_number(answer) if isinstance(answer, str) else None
+        if gold is None or len(numbers) < 2 or gold not in {parse_number(n) for n in numbers}:
+            return None
+        offered.append(numbers)
+    return offered if len(offered) >= LABEL_MIN_COUNT else None
 
 
 def normalize_label(answer: str) -> str:

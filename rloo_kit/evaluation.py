@@ -20,7 +20,7 @@ import torch
 from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
-from .rewards import RewardFunc, extract_answer, is_correct
+from .rewards import RewardFunc, is_correct, predicted_answer
 
 log = logging.getLogger("rloo_kit")
 
@@ -203,7 +203,7 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
         for s, t in enumerate(group):
             row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}
             if answers:
-                row.update(answer=answers[i], predicted=extract_answer(t), correct=ok[s])
+                row.update(answer=answers[i], predicted=predicted_answer(t, labels), correct=ok[s])
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
             rows.append(row)
     n_prompts = len(prompts)

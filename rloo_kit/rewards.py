@@ -129,17 +129,48 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     words, in the reply's explicit answer ('answer: ...', '<answer>', '####', boxed) or else in its
     last sentence: 'The opposite of hot is cold.' is right for 'cold'.
     match="exact" wants the reply to be the answer alone, in both cases.
-    labels: a classification task's label set; with match="final" a reply that also names a label other
-    than the accepted ones ('positive, not negative') is wrong, as a hedge is no answer.
+    labels: the answers a row chooses among. A classification task's label set: with match="final" a reply
+    that also names a label other than the accepted ones ('positive, not negative') is wrong, as a hedge is
+    no answer. The numbers a choice question offers ('Which is larger, 70 or 95?'): the reply's pick is
+    scored (`picked_number`), not its last number, as '95 is larger than 70.' names both.
     """
     if match not in ("final", "exact"):
         raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
     text = completion_text(completion)
     accepted = accepted_answers(gold)
+    if labels and match == "final" and all(parse_number(g) is not None for g in accepted):
+        return any(answers_match(picked_number(text, labels), g) for g in accepted)
     if not any(_matches(text, g, match) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
+
+
+def predicted_answer(completion, labels: Sequence[str] | None = None) -> str | None:
+    """The number a reply is scored on, for showing beside its gold answer: its pick among the offered
+    numbers of a choice question (`picked_number`), else its final number (`extract_answer`)."""
+    text = completion_text(completion)
+    if labels and all(parse_number(lab) is not None for lab in labels):
+        return picked_number(text, labels)
+    return extract_answer(text)
+
+
+def picked_number(text: str, offered: Sequence[str]) -> str | None:
+    """The offered number a reply picks: its marked answer if it marks one ('answer: 95'), else the first
+    offered number named in its last sentence that names any, as a reply states its pick before what it
+    compares it with: '95 is larger than 70.' picks 95, 'The larger is 95, not 70.' too.
+
+    >>> picked_number("Let me see. 70 is a larger integer than 95.", ["70", "95"])
+    '70'
+    """
+    if any(pattern.search(text) for pattern in _ANSWER_PATTERNS):
+        return extract_answer(text)
+    values = {parse_number(n) for n in offered}
+    for sentence in reversed(re.split(r"(?<=[.!?])\s+|\n+", text.strip())):
+        named = [n for n in re.findall(NUMBER, sentence) if parse_number(n) in values]
+        if named:
+            return named[0]
+    return None
 
 
 def _matches(text: str, gold: str, match: str) -> bool:

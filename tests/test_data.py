@@ -135,3 +135,24 @@ def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": i % 2}) + "\n" for i in range(10)))
     assert "labels" not in load_local(str(numbers), answer_column="answer").column_names  # numbers are no labels
+
+
+def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_number(tmp_path):
+    from rloo_kit.data import load_local
+    from rloo_kit.rewards import correct_answer, predicted_answer
+
+    path = tmp_path / "larger.csv"
+    pairs = [(70, 95), (84, 79), (12, 30), (61, 16)]
+    path.write_text("question,solution\n" + "".join(f'"Which number is larger, {a} or {b}?",{max(a, b)}\n'
+                                                    for a, b in pairs))
+    data = load_local(str(path), prompt_column="question", answer_column="solution")
+    assert data["labels"] == [["70", "95"], ["84", "79"], ["12", "30"], ["61", "16"]]
+    replies = ["95 is larger than 70.", "The number 79 is larger than the number 84.", "Answer: 30", "61 or 16? 16."]
+    assert correct_answer([""] * 4, replies, answer=data["answer"], labels=data["labels"]) == [1.0, 0.0, 1.0, 0.0]
+    assert [predicted_answer(r, ls) for r, ls in zip(replies, data["labels"], strict=True)] == ["95", "79", "30", "16"]
+    path.write_text("question,solution\nWhich number is larger, 70 or 95?,95\n")  # an unquoted comma
+    with pytest.raises(DataError, match="line 2 has 3 fields, its header 2 .* needs double quotes"):
+        load_local(str(path), prompt_column="question", answer_column="solution")
+    sums = tmp_path / "sums.csv"  # an answer that is not among the prompt's numbers: no choice, the last number
+    sums.write_text("question,solution\n" + "".join(f"Add {a} and {b}.,{a + b}\n" for a, b in pairs))
+    assert "labels" not in load_local(str(sums), prompt_column="question", answer_column="solution").column_names

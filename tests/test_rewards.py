@@ -68,6 +68,15 @@ def test_gsm8k_style_solutions_without_shared_data():
     assert correct_answer(prompts=["", ""], completions=sols, answer=golds) == [1.0, 1.0]
 
 
+def test_the_docstring_examples_hold():
+    import doctest
+
+    from rloo_kit import rewards
+
+    result = doctest.testmod(rewards)
+    assert result.attempted >= 4 and result.failed == 0
+
+
 def test_tag_format_and_brevity():
     fmt = tag_format(("think", "answer"))
     assert fmt(prompts=["", ""], completions=["<think>x</think><answer>1</answer>", "<answer>1</answer>"]) == [1.0, 0.5]
