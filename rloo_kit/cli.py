@@ -301,7 +301,9 @@ def cmd_eval(args) -> int:
         print(change)
     if args.output:
         Path(args.output).write_text(json.dumps({"base": before.summary(), "adapter": after.summary(),
-                                                 "paired": None if change is None else change.to_dict()}, indent=2))
+                                                 "paired": None if change is None else change.to_dict(),
+                                                 "answers": {"base": before.completions,
+                                                             "adapter": after.completions}}, indent=2))
     return 0
 
 
@@ -448,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     task_args(ev, auto=False)
     ev.add_argument("--samples", type=int, default=1, help="1 = greedy; more = sampled, with pass@k")
     ev.add_argument("--max-new-tokens", type=int, help="default: the length the adapter was trained with")
-    ev.add_argument("--output", help="write the metrics as JSON here")
+    ev.add_argument("--output", help="write the metrics and every held-out answer (base and adapter) as JSON here")
     ev.set_defaults(fn=cmd_eval)
     ex = sub.add_parser("export", help="adapter + base as a merged model or a GGUF file (llama.cpp, Ollama)")
     ex.add_argument("--adapter", required=True, help="the adapter directory `train` wrote")

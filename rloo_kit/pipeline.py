@@ -22,6 +22,7 @@ from .training import ADAPTER_DIR, build_trainer, train
 log = logging.getLogger("rloo_kit")
 METRICS = "metrics.json"
 BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --resume reuses
+AFTER = "evaluation_after.json"  # the adapter's held-out answers, to read beside them
 FIT = "fit.json"  # the completion length (and brevity) the pre-flight chose, which --resume trains again
 
 
@@ -140,6 +141,8 @@ class Run:
     def evaluate_after(self) -> EvalReport:
         self.after = self.task.evaluate(self.trainer.model if self.trainer else self.model, self.tokenizer,
                                         progress="held-out accuracy after")
+        if is_main_process():
+            (self.out / AFTER).write_text(json.dumps(self.after.to_dict()))
         change = paired_change(self.before, self.after) if self.before else None
         self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
         self.report.paired = None if change is None else change.to_dict()

@@ -101,6 +101,9 @@ def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_pat
     evaluated = json.loads((tmp_path / "eval.json").read_text())
     assert evaluated["adapter"]["accuracy"] == m["accuracy_after"]
     assert evaluated["paired"] == m["paired"] and m["paired"]["prompts"] == 4  # the same held-out prompts
+    after = json.loads((out / "evaluation_after.json").read_text())["completions"]  # the answers, to read
+    assert [a["completion"] for a in evaluated["answers"]["adapter"]] == [a["completion"] for a in after]
+    assert len(after) == 4 and {"prompt", "completion", "answer", "correct"} <= set(after[0])
 
 
 @pytest.mark.parametrize("args,message", [
