@@ -161,6 +161,8 @@ def _load(args, plan, task):
     model = attach_lora(model, preset=plan.preset, seed=args.seed or 0)
     print(f"model {plan.model} · task {task.name} ({len(task.train)} training prompts, {len(task.test)} held out) · "
           f"preset {plan.preset.name} · {plan.hardware.device} ({plan.hardware.name})", flush=True)
+    if kind := task.answer_kind():
+        print(f"answers: {kind}", flush=True)
     return model, tok
 
 

@@ -19,7 +19,7 @@ from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
 from .hardware import Hardware, detect_hardware
 from .presets import Preset, resolve_preset
-from .rewards import RewardFunc, brevity, correct_answer
+from .rewards import RewardFunc, brevity, correct_answer, parse_number
 from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
 log = logging.getLogger("rloo_kit")
@@ -54,6 +54,17 @@ class Task:
         """This task with one more reward function (weights default to 1.0 for the existing ones)."""
         weights = self.reward_weights or (1.0,) * len(self.reward_funcs)
         return self.replace(reward_funcs=(*self.reward_funcs, fn), reward_weights=(*weights, weight))
+
+    def answer_kind(self) -> str | None:
+        """How its answers are told apart, where the data decided it: a label set, or a choice among each
+        prompt's numbers (see data.load_local); None for plain answers. Said before a run, as it changes
+        what counts as right."""
+        if "labels" not in self.train.column_names or not len(self.train):
+            return None
+        labels = self.train[0]["labels"]
+        if all(parse_number(lab) is not None for lab in labels):
+            return "a choice among each prompt's numbers: the one a reply picks is scored, not its last"
+        return f"labels {', '.join(labels)}: a reply that names two is wrong"
 
     def without_long_prompts(self, tokenizer, max_tokens: int) -> tuple[Task, int]:
         """This task less the rows whose prompt, in the chat template, runs past `max_tokens` (TRL would

@@ -123,12 +123,15 @@ def test_a_conversation_with_a_system_message_and_a_system_prompt_for_every_row(
 def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer
+    from rloo_kit.tasks import load_task
 
     path = tmp_path / "labels.csv"
     path.write_text("text,sentiment\n" + "".join(f"Review {i}: fine.,{'Positive' if i % 2 else 'negative'}\n"
                                                  for i in range(10)))
     data = load_local(str(path), prompt_column="text", answer_column="sentiment")
     assert data[0]["labels"] == ["negative", "positive"]
+    task = load_task("file", path=str(path), prompt_column="text", answer_column="sentiment", n_test=2)
+    assert task.answer_kind() == "labels negative, positive: a reply that names two is wrong"
     replies = ["It is positive.", "Positive, not negative.", "negative"]
     assert correct_answer([""] * 3, replies, answer=["Positive"] * 3, labels=[data[0]["labels"]] * 3) == [1.0, 0.0,
                                                                                                          0.0]
@@ -140,6 +143,7 @@ def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
 def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_number(tmp_path):
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer, predicted_answer
+    from rloo_kit.tasks import load_task
 
     path = tmp_path / "larger.csv"
     pairs = [(70, 95), (84, 79), (12, 30), (61, 16)]
@@ -150,9 +154,13 @@ def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_numbe
     replies = ["95 is larger than 70.", "The number 79 is larger than the number 84.", "Answer: 30", "61 or 16? 16."]
     assert correct_answer([""] * 4, replies, answer=data["answer"], labels=data["labels"]) == [1.0, 0.0, 1.0, 0.0]
     assert [predicted_answer(r, ls) for r, ls in zip(replies, data["labels"], strict=True)] == ["95", "79", "30", "16"]
+    task = load_task("file", path=str(path), prompt_column="question", answer_column="solution", n_test=1)
+    assert task.answer_kind().startswith("a choice among each prompt's numbers")  # said before a run
     path.write_text("question,solution\nWhich number is larger, 70 or 95?,95\n")  # an unquoted comma
     with pytest.raises(DataError, match="line 2 has 3 fields, its header 2 .* needs double quotes"):
         load_local(str(path), prompt_column="question", answer_column="solution")
     sums = tmp_path / "sums.csv"  # an answer that is not among the prompt's numbers: no choice, the last number
     sums.write_text("question,solution\n" + "".join(f"Add {a} and {b}.,{a + b}\n" for a, b in pairs))
     assert "labels" not in load_local(str(sums), prompt_column="question", answer_column="solution").column_names
+    assert load_task("file", path=str(sums), prompt_column="question", answer_column="solution",
+                     n_test=1).answer_kind() is None
