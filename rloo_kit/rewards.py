@@ -138,7 +138,7 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
         raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
     text = completion_text(completion)
     accepted = accepted_answers(gold)
-    if labels and match == "final" and all(parse_number(g) is not None for g in accepted):
+    if match == "final" and offers_numbers(labels) and all(parse_number(g) is not None for g in accepted):
         return any(answers_match(picked_number(text, labels), g) for g in accepted)
     if not any(_matches(text, g, match) for g in accepted):
         return False
@@ -150,9 +150,12 @@ def predicted_answer(completion, labels: Sequence[str] | None = None) -> str | N
     """The number a reply is scored on, for showing beside its gold answer: its pick among the offered
     numbers of a choice question (`picked_number`), else its final number (`extract_answer`)."""
     text = completion_text(completion)
-    if labels and all(parse_number(lab) is not None for lab in labels):
-        return picked_number(text, labels)
-    return extract_answer(text)
+    return picked_number(text, labels) if offers_numbers(labels) else extract_answer(text)
+
+
+def offers_numbers(labels: Sequence[str] | None) -> bool:
+    """Whether a row's labels are the numbers a choice question offers (data.load_local), not text labels."""
+    return bool(labels) and all(parse_number(lab) is not None for lab in labels)
 
 
 def picked_number(text: str, offered: Sequence[str]) -> str | None:

@@ -19,7 +19,7 @@ from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
 from .hardware import Hardware, detect_hardware
 from .presets import Preset, resolve_preset
-from .rewards import RewardFunc, brevity, correct_answer, parse_number
+from .rewards import RewardFunc, brevity, correct_answer, offers_numbers
 from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
 log = logging.getLogger("rloo_kit")
@@ -62,7 +62,7 @@ class Task:
         if "labels" not in self.train.column_names or not len(self.train):
             return None
         labels = self.train[0]["labels"]
-        if all(parse_number(lab) is not None for lab in labels):
+        if offers_numbers(labels):
             return "a choice among each prompt's numbers: the one a reply picks is scored, not its last"
         return f"labels {', '.join(labels)}: a reply that names two is wrong"
 
