@@ -56,13 +56,26 @@ def parse_number(text: str | None) -> float | None:
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion: '#### N', '\\boxed{N}', '<answer>N</answer>', 'the answer
     is N', 'answer: N', else the last number in the text."""
+    marked = marked_answer(text)
+    if marked is not None:
+        return marked
+    numbers = re.findall(NUMBER, text)
+    return numbers[-1] if numbers else None
+
+
+def marked_answer(text: str) -> str | None:
+    """The answer a completion marks as its answer (the patterns of `extract_answer`), else None."""
     for pattern in _ANSWER_PATTERNS:
         matches = pattern.findall(text)
         if matches:
             inner = re.findall(NUMBER, matches[-1])
             return inner[-1] if inner else matches[-1].strip()
-    numbers = re.findall(NUMBER, text)
-    return numbers[-1] if numbers else None
+    return None
+
+
+def sentences(text: str) -> list[str]:
+    """A reply's sentences, split after . ! ? and at line breaks."""
+    return re.split(r"(?<=[.!?])\s+|\n+", text.strip())
 
 
 _ARTICLES = re.compile(r"^(?:the|a|an)\s+")
@@ -166,10 +179,11 @@ def picked_number(text: str, offered: Sequence[str]) -> str | None:
     >>> picked_number("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
     """
-    if any(pattern.search(text) for pattern in _ANSWER_PATTERNS):
-        return extract_answer(text)
+    marked = marked_answer(text)
+    if marked is not None:
+        return marked
     values = {parse_number(n) for n in offered}
-    for sentence in reversed(re.split(r"(?<=[.!?])\s+|\n+", text.strip())):
+    for sentence in reversed(sentences(text)):
         named = [n for n in re.findall(NUMBER, sentence) if parse_number(n) in values]
         if named:
             return named[0]
@@ -198,8 +212,8 @@ def _answer_span(text: str) -> str:
     marked = re.findall(r"answer(?: is)?\s*:?\s*(.+)", text, re.I)
     if marked:
         return normalize_text(marked[-1])
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.strip()) if normalize_text(s)]
-    return normalize_text(sentences[-1]) if sentences else ""
+    said = [s for s in sentences(text) if normalize_text(s)]
+    return normalize_text(said[-1]) if said else ""
 
 
 def tag_format(tags: Sequence[str] = ("think", "answer")) -> RewardFunc:
