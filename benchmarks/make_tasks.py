@@ -7,7 +7,10 @@ files would be, of each kind a user brings (benchmarks/preflight_verdicts.py say
 - hopeless for a 135M model: products of two 4-digit primes, a random string reversed;
 - solved: repeat a small number;
 - unscored: opposites scored by a reward of the user's (unscored_reward.py) that reads a JSON field the
-  model never writes.
+  model never writes;
+- added for the sampling fit (the model answers them in a sentence greedily, noisily when sampled): small
+  word sums with other column names (question, result), and a label CSV (text, label) of words that name an
+  animal or a colour.
 
     .venv/bin/python benchmarks/make_tasks.py   # -> benchmarks/tasks/*
 """
@@ -55,6 +58,10 @@ GOOD = "delicious friendly wonderful excellent fantastic lovely helpful beautifu
 BAD = "terrible rude awful disgusting horrible broken dirty boring useless disappointing".split()
 THINGS = "food staff room service film book hotel phone coffee concert".split()
 SENTIMENT_SYSTEM = "You label product and place reviews as positive or negative."
+ANIMALS = ("dog cat horse cow sheep goat pig lion tiger bear wolf fox rabbit mouse deer zebra giraffe monkey camel "
+           "elephant whale dolphin shark eagle owl duck goose parrot frog snake turtle bee ant spider")
+COLOURS = ("red blue green yellow orange purple pink brown black white grey violet indigo turquoise magenta cyan "
+           "maroon navy olive beige crimson scarlet amber lavender teal gold silver ivory peach lilac ochre tan")
 
 
 def primes(lo: int, hi: int) -> list[int]:
@@ -85,6 +92,16 @@ def main() -> None:
     write("reverse_letters", [{"prompt": f"Write the letters '{w}' in reverse order.", "answer": w[::-1]}
                               for w in letters])
     write("copy_number", [{"prompt": f"Repeat this number: {n}", "answer": str(n)} for n in range(1, 101)])
+    people = "Sam Ana Tom Mia Leo Zoe Max Ivy Ben Eva".split()
+    things = "apples pens books cards shells coins stamps marbles cookies stickers".split()
+    sums = rng.sample([(who, what, a, b) for who in people for what in things for a in range(2, 10)
+                       for b in range(2, 10)], 120)
+    write("word_sums", [{"question": f"{who} has {a} {what} and gets {b} more. How many {what} does {who} have now?",
+                         "result": a + b} for who, what, a, b in sums])
+    words = [(w, "animal") for w in ANIMALS.split()] + [(w, "colour") for w in COLOURS.split()]
+    rng.shuffle(words)
+    write_csv("animal_or_colour", ["text", "label"], [(f"Is '{w}' an animal or a colour?", label)
+                                                      for w, label in words])
 
 
 def write_csv(name: str, header: list[str], rows: list[tuple]) -> None:

@@ -25,10 +25,6 @@ from .errors import (
     RlooKitError,
 )
 
-# bitsandbytes, on CPUs with AVX512-BF16, tries to fetch an optional 4-bit kernel from the hub at import and
-# warns when it cannot; its plain CPU kernel is used either way, so a newcomer's first screen need not say so.
-_logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
-
 __version__ = "0.1.0"
 
 _log = _logging.getLogger("rloo_kit")

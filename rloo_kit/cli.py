@@ -107,7 +107,7 @@ def cmd_demo(args) -> int:
     return 0
 
 
-KNOBS = ("beta", "temperature", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # preset fields
+KNOBS = ("beta", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # preset fields
 
 
 def _prepare(args):
@@ -133,6 +133,8 @@ def _prepare(args):
                      system_prompt=args.system_prompt, encoding=args.encoding)
     if args.max_completion_length:
         task = task.replace(max_completion_length=args.max_completion_length)
+    if args.temperature is not None:  # the task's own: the pre-flight keeps it, and says what it would fit
+        task = task.replace(temperature=args.temperature)
     for spec in args.reward or ():
         fn, weight = from_file(spec)
         check_on_rows(fn, [task.train[i] for i in range(min(4, len(task.train)))])
@@ -285,36 +287,43 @@ RM_FLAGS = {"learning_rate": float, "num_train_epochs": float, "eval_fraction": 
 
 
 def cmd_eval(args) -> int:
+    import pandas as pd
+
     from .evaluation import compare, paired_change
     from .models import adapter_base_model, load_adapter, load_model
+    from .pipeline import trained_settings
     from .tasks import load_task
 
     base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
     task = load_task(args.task, path=args.path, n_test=args.n_test, prompt_column=args.prompt_column,
                      answer_column=args.answer_column, system_prompt=args.system_prompt, encoding=args.encoding)
-    length = args.max_new_tokens or _trained_length(args.adapter)
+    trained = trained_settings(args.adapter)
+    length = args.max_new_tokens or trained.get("max_completion_length")
     task = task.replace(max_completion_length=length) if length else task.for_preset(args.preset or "auto")
+    temperature = args.temperature if args.temperature is not None else trained.get("temperature", 1.0)
     base, tok = load_model(base_name, preset=args.preset)
     model = load_adapter(base, args.adapter)
-    before, after = task.evaluate_base_and_adapter(model, tok, samples=args.samples, greedy=args.samples == 1)
-    print(compare(before, after).to_string(float_format=lambda v: f"{v:.3f}"))
+    before, after = task.evaluate_base_and_adapter(model, tok)
+    table = compare(before, after).rename(index=lambda k: f"greedy {k}")
     change = paired_change(before, after)
+    sampled = (task.evaluate_base_and_adapter(model, tok, samples=args.samples, greedy=False, temperature=temperature)
+               if args.samples else None)
+    if sampled:
+        table = pd.concat([table, compare(*sampled).rename(index=lambda k: f"sampled {k}")])
+        print(f"greedy: one answer a prompt; sampled: {args.samples} a prompt at temperature {temperature:g}"
+              + (" (as trained)" if args.temperature is None and "temperature" in trained else ""))
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
     if change is not None:
         print(change)
     if args.output:
-        Path(args.output).write_text(json.dumps({"base": before.summary(), "adapter": after.summary(),
-                                                 "paired": None if change is None else change.to_dict(),
-                                                 "answers": {"base": before.completions,
-                                                             "adapter": after.completions}}, indent=2))
+        out = {"base": before.summary(), "adapter": after.summary(),
+               "paired": None if change is None else change.to_dict(),
+               "answers": {"base": before.completions, "adapter": after.completions}}
+        if sampled:
+            out["sampled"] = {"temperature": temperature, "samples": args.samples, "base": sampled[0].summary(),
+                              "adapter": sampled[1].summary()}
+        Path(args.output).write_text(json.dumps(out, indent=2))
     return 0
-
-
-def _trained_length(adapter: str) -> int | None:
-    """The completion length the adapter was trained with, from the metrics.json `train` wrote beside it."""
-    metrics = Path(adapter).parent / "metrics.json"
-    if metrics.is_file():
-        return json.loads(metrics.read_text()).get("max_completion_length")
-    return None
 
 
 def cmd_export(args) -> int:
@@ -334,12 +343,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad option told in one line (argparse prints its usage first) and where to look."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .choices import BACKENDS, TASKS
     from .presets import PRESETS, RewardModelPreset
     from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
-    p = argparse.ArgumentParser(prog="rloo-kit", description=__doc__)
+    p = _Parser(prog="rloo-kit", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="versions, device, memory, hub, default model, preset").set_defaults(fn=cmd_doctor)
     pr = sub.add_parser("presets", help="the presets as a table, with a memory estimate for --model")
@@ -385,8 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "file task, chosen by the pre-flight)")
         sp.add_argument("--beta", type=float, help="weight of the KL penalty to the base model, taken out of the "
                         "reward: higher keeps the policy closer to the model you started from (preset: 0.02 on a CPU)")
-        sp.add_argument("--temperature", type=float, help="sampling temperature of the K completions: higher "
-                        "gives more reward spread to learn from, and more nonsense (preset: 1.0)")
+        sp.add_argument("--temperature", type=float, help="sampling temperature of the K completions (default: the "
+                        "preset's 1.0, lowered by the pre-flight where samples are wrong and greedy answers right; a "
+                        "value given here is kept). Higher gives identical samples more spread, and noise more noise")
         sp.add_argument("--learning-rate", type=float, help="the LoRA adapter's learning rate (preset: 4e-4 on a "
                         "CPU); too high shows as kl_explosion in the health monitor")
         sp.add_argument("--lora-r", type=int, help="LoRA rank: the adapter's capacity (preset: 16)")
@@ -450,7 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--adapter", required=True)
     ev.add_argument("--model", help="base model (default: the one recorded in the adapter)")
     task_args(ev, auto=False)
-    ev.add_argument("--samples", type=int, default=1, help="1 = greedy; more = sampled, with pass@k")
+    ev.add_argument("--samples", type=int, default=4, help="completions a prompt sampled at --temperature, beside "
+                    "the greedy answer, for sampled accuracy and pass@k (default 4; 0: greedy only)")
+    ev.add_argument("--temperature", type=float, help="for the sampled completions (default: the temperature the "
+                    "adapter was trained at, from the metrics.json beside it; else 1.0)")
     ev.add_argument("--max-new-tokens", type=int, help="default: the length the adapter was trained with")
     ev.add_argument("--output", help="write the metrics and every held-out answer (base and adapter) as JSON here")
     ev.set_defaults(fn=cmd_eval)
@@ -477,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = apply_recipe(parser, argv)
+        _check_numbers(parser, args)
         _quiet_libraries()
         return args.fn(args)
     except KeyboardInterrupt:
@@ -487,11 +508,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every number of the command, from the command line or a recipe, in its range (rloo_kit.limits): refused
+    in one line before anything loads or is written."""
+    from .limits import check_numbers
+
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {a.dest: a.option_strings[-1] for a in commands.choices[args.command]._actions if a.option_strings}
+    check_numbers(vars(args), flags)
+    check_numbers(getattr(args, "rloo", {}))  # a recipe's RLOOConfig fields, by their own names
+
+
 def _quiet_libraries() -> None:
     """A terminal gets the kit's lines, not a bar per weight file or map; under `accelerate launch` one
     process reports, the main one."""
+    import logging
+
     import datasets
     from transformers.utils import logging as hf_logging
+
+    from .patches import allowed
+
+    if allowed("bitsandbytes_notice"):  # before PEFT imports bitsandbytes; the door says why
+        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()

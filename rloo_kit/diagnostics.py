@@ -39,8 +39,13 @@ class Thresholds:
     kl_growth: float = 20.0
     kl_floor: float = 0.05
     entropy_drop: float = 0.3
-    # reward_collapse: the share of prompts whose completions all got the same reward
+    # reward_collapse: the share of prompts whose completions all got the same reward. Its fix points by the
+    # policy's per-token entropy: above noisy_entropy the samples are noise (the demo learns from ~3 at first,
+    # so it takes a collapse as well), and a colder draw helps; below alike_entropy the K samples are one
+    # answer, and a warmer one does; in between, neither is told.
     zero_std_frac: float = 0.9
+    noisy_entropy: float = 2.0
+    alike_entropy: float = 0.1
     # truncation: the share of completions cut at max_completion_length
     clipped_ratio: float = 0.5
     # reward_hacking (needs a held-back gold scorer, reward_models.GoldMonitor, logging gold/mean beside the proxy):
@@ -142,6 +147,8 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     zero = [h.get(key) for h in recent]
     if len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero):
         found["reward_collapse"] = {key: zero[-1], "reward": recent[-1].get("reward")}
+        if recent[-1].get("entropy") is not None:
+            found["reward_collapse"]["entropy"] = round(recent[-1]["entropy"], 4)
 
     clipped = [h.get("completions/clipped_ratio") for h in recent]
     if len(recent) == t.patience and all(c is not None and c >= t.clipped_ratio for c in clipped):
@@ -183,7 +190,7 @@ def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
     return None
 
 
-def _advice(kind: str, ev: dict, args) -> tuple[str, str]:
+def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str, str]:
     """Plain-words message and the concrete fix, using the run's own settings where known."""
     g = getattr(args, "num_generations", None) or 4
     lr = getattr(args, "learning_rate", None) or 1e-5
@@ -201,16 +208,25 @@ def _advice(kind: str, ev: dict, args) -> tuple[str, str]:
                 "or degenerating, and its text will stop resembling the base model's.",
                 f"raise beta {b}; halve learning_rate {lr:g} -> {lr / 2:g}; keep max_grad_norm at 1.0.")
     if kind == "reward_collapse":
-        reward = ev.get("reward")
+        t = t or Thresholds()
+        reward, entropy = ev.get("reward"), ev.get("entropy")
         cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
                  "or answers that never match; rloo_kit.preflight shows completions and their scores)."
                  if reward is not None and abs(reward) < 1e-9 else "")
+        if entropy is not None and entropy >= t.noisy_entropy:
+            sampling = (f"the samples are noisy (entropy {entropy:.2f} a token): if the greedy answers are better "
+                        f"(rloo-kit eval shows both), lower temperature {temp:g} -> {round(temp / 2, 2):g} or set "
+                        "min_p=0.1, and num_generations")
+        elif entropy is not None and entropy <= t.alike_entropy:
+            sampling = (f"the samples are nearly one answer (entropy {entropy:.3f} a token): raise temperature "
+                        f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
+        else:
+            sampling = "raise num_generations"
         return (f"Most groups have no reward spread ({ev}): every completion of a prompt scores the same, so "
                 f"the leave-one-out advantage is zero and nothing is learned.{cause}",
                 f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
-                f"if the task is too hard, make it easier or give partial credit; raise temperature {temp:g} -> "
-                f"{min(temp + 0.3, 1.5):g} and num_generations {g} -> {2 * g}. If the reward is at its maximum, "
-                "the task is solved: stop.")
+                f"if the task is too hard, make it easier or give partial credit; {sampling} {g} -> {2 * g}. If the "
+                "reward is at its maximum, the task is solved: stop.")
     if kind == "reward_hacking":
         return _hacking_advice(ev, args, beta)
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
@@ -273,7 +289,7 @@ class HealthMonitor(TrainerCallback):
         new = []
         for kind, evidence in _detect(self.history, self.thresholds).items():
             if kind not in seen:
-                message, fix = _advice(kind, evidence, args)
+                message, fix = _advice(kind, evidence, args, self.thresholds)
                 new.append(Diagnosis(kind, step, message, fix, evidence))
         self.diagnoses.extend(new)
         return new

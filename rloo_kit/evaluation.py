@@ -137,9 +137,12 @@ def lean_generation(model) -> Iterator[None]:
     inference mode; each distinct prompt read once, however many completions it gets (transformers reads it
     once per completion); the categorical draw by inverting the cumulative distribution, which
     `torch.multinomial` makes far dearer there (one exponential per vocabulary entry, row by row). The same
-    draws in distribution, and greedy completions the same tokens. A GPU's generation (and Unsloth's) is left
-    as it comes."""
-    if model.device.type != "cpu":
+    draws in distribution, and greedy completions the same tokens. The door's patch `cpu_generation`: skipped,
+    with a line saying so, where its libraries are not the tested ones. A GPU's generation (and Unsloth's) is
+    left as it comes."""
+    from .patches import allowed
+
+    if model.device.type != "cpu" or not allowed("cpu_generation"):
         yield
         return
     from .cpu_step import categorical_sampling, shared_prompts
@@ -286,6 +289,16 @@ def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
     n = better + worse
     p = min(1.0, 2 * sum(comb(n, i) for i in range(min(better, worse) + 1)) / 2**n) if n else 1.0
     return PairedChange(better, worse, len(right[0]), p)
+
+
+def greedy_beside_sampled(greedy: tuple[EvalReport, EvalReport], sampled: tuple[EvalReport, EvalReport],
+                          temperature: float) -> pd.DataFrame:
+    """Accuracy of the greedy answer (what a user sees) beside that of samples at the training temperature
+    (what RLOO learns from), for the base and the adapter: a gap between them is the sampling noise the
+    pre-flight fits the temperature against."""
+    return pd.DataFrame({"greedy": [r.accuracy for r in greedy],
+                         f"sampled at temperature {temperature:g}": [r.accuracy for r in sampled]},
+                        index=pd.Index(["base", "adapter"], name="accuracy"))
 
 
 def sample_table(base: EvalReport, tuned: EvalReport, n: int = 10) -> pd.DataFrame:

@@ -23,7 +23,8 @@ log = logging.getLogger("rloo_kit")
 METRICS = "metrics.json"
 BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --resume reuses
 AFTER = "evaluation_after.json"  # the adapter's held-out answers, to read beside them
-FIT = "fit.json"  # the completion length (and brevity) the pre-flight chose, which --resume trains again
+FIT = "fit.json"  # the length (and brevity) and temperature the pre-flight chose, which --resume trains again
+SAMPLED = 2  # completions per held-out prompt sampled at the training temperature, beside the greedy answer
 
 
 @dataclass
@@ -38,8 +39,10 @@ class RunReport:
     preflight: dict | None = None  # the verdict on the trained setup, the as-asked figures beside it
     own_task_defaults: list[str] = field(default_factory=list)
     max_completion_length: int | None = None
-    accuracy_before: float | None = None
+    accuracy_before: float | None = None  # greedy: the model's best answer
     accuracy_after: float | None = None
+    sampled_before: dict | None = None  # {"temperature", "samples", "accuracy"}: what training samples, before
+    sampled_after: dict | None = None
     before: dict | None = None
     after: dict | None = None
     paired: dict | None = None
@@ -61,6 +64,10 @@ class RunReport:
                f"{self.steps} steps in {self.minutes or 0:.1f} min"]
         if self.paired:
             out.append(f"  {PairedChange(**self.paired)}")
+        if self.sampled_before and self.sampled_before.get("accuracy") is not None:
+            b, a = self.sampled_before, self.sampled_after or {}
+            out.append(f"  sampled at temperature {b['temperature']:g} ({b['samples']} a prompt, as training samples): "
+                       f"before {_fmt(b['accuracy'])} -> after {_fmt(a.get('accuracy'))}")
         return out
 
 
@@ -91,13 +98,14 @@ class Run:
             (self.out / "preflight.json").write_text(json.dumps(report.to_dict(), indent=2))
             fitted = report.brevity_max_chars if report.applies else None
             (self.out / FIT).write_text(json.dumps({"max_completion_length": self.task.max_completion_length,
-                                                    "brevity_max_chars": fitted}))
+                                                    "brevity_max_chars": fitted,
+                                                    "temperature": self.task.temperature}))
         return report
 
     def refit(self) -> None:
         """A resumed run trains the setup its first attempt's pre-flight chose (recorded in fit.json)."""
         saved = self.out / FIT
-        if saved.is_file() and self.task.max_completion_length is None:
+        if saved.is_file():
             self.task = refit(self.task, **json.loads(saved.read_text()))
 
     def build_trainer(self, **kwargs):
@@ -115,19 +123,40 @@ class Run:
         return self.trainer
 
     def evaluate_before(self, *, reuse: bool = False) -> EvalReport:
-        """Held-out answers of the model as it is (the adapter starts at zero: the base model). With
-        reuse=True, the answers a first attempt of this run recorded are read back instead of measured."""
+        """Held-out answers of the model as it is (the adapter starts at zero: the base model): greedy, and
+        sampled as training samples. With reuse=True, the answers a first attempt of this run recorded are
+        read back instead of measured."""
         saved = self.out / BEFORE
         if reuse and saved.is_file():
-            self.before = EvalReport(**json.loads(saved.read_text()))
+            recorded = json.loads(saved.read_text())
+            self.report.sampled_before = recorded.pop("sampled", None)
+            self.before = EvalReport(**recorded)
             log.info(f"held-out accuracy before: {self.before.accuracy} as recorded in {saved} (not measured again)")
         else:
             self.before = self.task.for_preset(self.plan.preset).evaluate(self.model, self.tokenizer,
                                                                           progress="held-out accuracy before")
+            self.report.sampled_before = self._sampled(self.model, "before")
             if is_main_process():
-                saved.write_text(json.dumps(self.before.to_dict()))
+                saved.write_text(json.dumps({**self.before.to_dict(), "sampled": self.report.sampled_before}))
         self.report.accuracy_before, self.report.before = self.before.accuracy, self.before.summary()
         return self.before
+
+    def temperature(self) -> float:
+        """The temperature training samples at: the trainer's, else the task's (fitted) or the preset's."""
+        if self.trainer is not None:
+            return self.trainer.args.temperature
+        return self.task.temperature if self.task.temperature is not None else self.plan.preset.temperature
+
+    def _sampled(self, model, when: str) -> dict | None:
+        """Held-out accuracy of SAMPLED completions a prompt at the training temperature: beside the greedy
+        figure, it shows whether training's samples are as good as the model's best answer."""
+        if self.task.test.num_rows == 0 or "answer" not in self.task.test.column_names:
+            return None
+        t = self.temperature()
+        report = self.task.for_preset(self.plan.preset).evaluate(
+            model, self.tokenizer, samples=SAMPLED, greedy=False, temperature=t,
+            progress=f"held-out accuracy {when}, sampled at temperature {t:g}")
+        return {"temperature": t, "samples": SAMPLED, "accuracy": report.accuracy}
 
     def train(self, *, resume: bool = False) -> None:
         start = time.time()
@@ -139,10 +168,11 @@ class Run:
         self.report.diagnoses = [d.kind for d in monitor.diagnoses] if monitor else []
 
     def evaluate_after(self) -> EvalReport:
-        self.after = self.task.evaluate(self.trainer.model if self.trainer else self.model, self.tokenizer,
-                                        progress="held-out accuracy after")
+        model = self.trainer.model if self.trainer else self.model
+        self.after = self.task.evaluate(model, self.tokenizer, progress="held-out accuracy after")
+        self.report.sampled_after = self._sampled(model, "after")
         if is_main_process():
-            (self.out / AFTER).write_text(json.dumps(self.after.to_dict()))
+            (self.out / AFTER).write_text(json.dumps({**self.after.to_dict(), "sampled": self.report.sampled_after}))
         change = paired_change(self.before, self.after) if self.before else None
         self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
         self.report.paired = None if change is None else change.to_dict()
@@ -152,6 +182,7 @@ class Run:
         """Record a run the pre-flight stopped: nothing trained, the model unchanged."""
         self.report.max_completion_length = self.task.for_preset(self.plan.preset).max_completion_length
         self.report.accuracy_after, self.report.after = self.report.accuracy_before, self.report.before
+        self.report.sampled_after = self.report.sampled_before
 
     def write(self) -> Path:
         """metrics.json: the report's to_dict(), written by one process."""
@@ -183,8 +214,10 @@ def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, 
             print(f"own-task default: {note}", flush=True)
     r.build_trainer(disable_tqdm=True)  # settings that cannot work fail here, before any generation
     before = r.evaluate_before(reuse=resume)
+    sampled = r.report.sampled_before
     print(f"held-out accuracy before: {_fmt(before.accuracy)} ({len(r.task.test)} prompts, greedy, "
-          f"{r.task.max_completion_length} tokens)", flush=True)
+          f"{r.task.max_completion_length} tokens)" + (f"; sampled at temperature {sampled['temperature']:g}: "
+                                                      f"{_fmt(sampled['accuracy'])}" if sampled else ""), flush=True)
     if report is not None and not report.ok and not force:
         r.skip_training()
         r.write()
@@ -193,6 +226,19 @@ def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, 
     r.evaluate_after()
     r.write()
     return r.report
+
+
+def trained_settings(adapter: str | Path) -> dict:
+    """What the run that wrote `adapter` trained with, from the metrics.json beside it: its completion length
+    and sampling temperature, to evaluate as it trained ({} when there is none)."""
+    metrics = Path(adapter).parent / METRICS
+    if not metrics.is_file():
+        return {}
+    recorded = json.loads(metrics.read_text())
+    out = {"max_completion_length": recorded.get("max_completion_length")}
+    if (recorded.get("config") or {}).get("temperature") is not None:
+        out["temperature"] = recorded["config"]["temperature"]
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _fmt(accuracy: float | None) -> str:
@@ -204,9 +250,11 @@ def _preflight_summary(report: PreflightReport) -> dict:
     def figures(setup) -> dict:
         return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
                 "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
-                "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok}
+                "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok,
+                "temperature": setup.temperature}
 
     return {"ok": report.ok, "verdict": report.verdict, "problems": report.kinds(), "seconds": round(report.seconds, 1),
             "num_generations": report.num_generations, "probe_length": report.probe_length,
+            "greedy_pass_rate": report.greedy_pass_rate, "colder": [figures(s) for s in report.colder],
             "widened_from": report.widened_from, **figures(report.trained), "as_asked": figures(report.asked),
             "prompts": [asdict(p) for p in report.prompts]}

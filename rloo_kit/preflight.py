@@ -5,10 +5,16 @@ RLOO learns only from prompts whose K completions got different rewards (the lea
 advantage is zero otherwise), and only from completions that are not cut before their answer.
 `preflight` measures both on the model as it is, with the same K, temperature, completion length,
 chat template and guarded, weighted rewards as `build_trainer` would use.
+
+Where most prompts teach nothing, it asks why before naming a cause. Answers cut short: the length is
+fitted. Samples wrong where the model's greedy answer to the same prompt is right: the samples are noisier
+than the model (a small model's tail at temperature 1), and a colder temperature is probed and fitted.
+Greedy answers wrong too: the task is beyond the model (reward collapse), and no temperature cures that.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import random
@@ -33,6 +39,7 @@ from .rewards import (
     guard,
     is_correct,
     load_reward_model,
+    predicted_answer,
     required_columns,
     unusable,
 )
@@ -48,6 +55,9 @@ TRUNCATION_SHARE = 0.5  # completions cut above this share: truncation (the heal
 UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
 FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
 BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
+SAMPLING_GAP = 0.15  # greedy answers right on this much more of the prompts than samples: the samples are noise
+COLDER = (0.5, 0.3)  # the temperatures probed, in turn, when they are (FACTS: 0.3 turned 94% flat into 16%)
+ALIKE_SHARE = 0.5  # flat prompts whose K answers are one answer above this share: too cold, not too noisy
 
 _log = logging.getLogger("rloo_kit")
 
@@ -56,7 +66,7 @@ _log = logging.getLogger("rloo_kit")
 class Problem:
     """One reason a run may not learn, in the health monitor's vocabulary."""
 
-    kind: str  # reward_collapse, truncation, solved, unscored
+    kind: str  # reward_collapse, sampling_noise, truncation, solved, unscored
     message: str
     fix: str
     blocking: bool  # True: training as set up cannot learn; False: it can, worse than it could
@@ -73,6 +83,7 @@ class PromptStats:
     spread: float  # standard deviation of the K total rewards (TRL's reward_std per group)
     pass_rate: float | None  # share of the K completions judged correct (None without an `answer` column)
     truncated: float  # share of the K completions cut at max_completion_length
+    greedy_right: bool | None = None  # the greedy answer to the prompt is right (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,8 @@ class Setup:
     correlations: dict[str, float]  # "a ~ b": Pearson correlation of two reward functions over samples
     flat_fraction: float = 0.0  # share of prompts that cannot teach: same total reward, or all K answers alike
     cut_without_spread: float = 0.0  # share of those flat prompts whose K completions were all cut
+    alike_fraction: float = 0.0  # share of those flat prompts whose K completions gave one and the same answer
+    temperature: float = 1.0  # the sampling temperature the setup's samples were drawn at
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -111,12 +124,13 @@ class Setup:
         """Share of prompts whose K answers were all judged right: flat too, but because the model knows them."""
         return float(np.mean([p.pass_rate == 1.0 for p in self.prompts])) if self.pass_rate is not None else 0.0
 
-    def headline(self) -> str:
+    def headline(self, temperature: bool = False) -> str:
         """'at 16 tokens: 84% without spread, 84% cut -> cannot learn [truncation]': the causes named
         for each setup, so that the as-asked one keeps its own beside the setup the kit trains."""
         right = f", {self.pass_rate:.0%} right" if self.pass_rate is not None else ""
         causes = ", ".join(p.kind + ("" if p.blocking else " (warning)") for p in self.problems)
-        return (f"at {self.max_completion_length} tokens: {self.flat_fraction:.0%} of prompts without spread, "
+        at = f" and temperature {self.temperature:g}" if temperature else ""
+        return (f"at {self.max_completion_length} tokens{at}: {self.flat_fraction:.0%} of prompts without spread, "
                 f"{self.truncation_rate:.0%} of completions cut{right} -> "
                 + ("can learn" if self.ok else "cannot learn") + (f" [{causes}]" if causes else ""))
 
@@ -138,7 +152,7 @@ class PreflightReport:
     length open, the one `fit_task` makes of it (`fitted`, with `adjustments` saying what changed)."""
 
     num_generations: int
-    temperature: float
+    temperature: float  # as asked; the trained setup's is `trained.temperature` (to_dict's top-level `temperature`)
     seconds: float
     asked: Setup  # the setup as given: its completion length and rewards
     finished_within_probe: float  # share of completions that ended (EOS) within probe_length tokens
@@ -150,6 +164,9 @@ class PreflightReport:
     adjustments: list[str] = field(default_factory=list)  # what `proposed` changes, in words
     brevity_max_chars: int | None = None  # the brevity reward `proposed` adds (None: none)
     widened_from: int | None = None  # the first probe length, when its samples were mostly cut and it was widened
+    greedy_pass_rate: float | None = None  # share of the probed prompts whose greedy answer is right (None: not needed)
+    colder: list[Setup] = field(default_factory=list)  # the setups probed at lower temperatures, coldest last
+    held_against: Setup | None = field(default=None, repr=False)  # the setup whose samples the greedy answers faced
     lengths: list[int] = field(default_factory=list, repr=False)  # tokens of each sample up to probe_length
     examples: list[dict] = field(default_factory=list, repr=False)  # a few prompts with their K completions
 
@@ -197,7 +214,8 @@ class PreflightReport:
         out = asdict(self)
         trained = asdict(self.trained)
         out.update({k: trained[k] for k in ("max_completion_length", "zero_spread_fraction", "flat_fraction",
-                                             "truncation_rate", "pass_rate", "prompts", "rewards", "correlations")})
+                                             "truncation_rate", "pass_rate", "prompts", "rewards", "correlations",
+                                             "temperature")})
         out.update(ok=self.ok, verdict=self.verdict, problems=[asdict(p) for p in self.problems], kinds=self.kinds())
         return out
 
@@ -210,8 +228,15 @@ class PreflightReport:
                  f"  those that end need {self.needed_lengths.get('p50', 0)} tokens (median), "
                  f"{self.needed_lengths.get('p90', 0)} (90%); {self.finished_within_probe:.0%} end within "
                  f"{self.probe_length}"]
+        if self.greedy_pass_rate is not None:
+            probed = filter(None, (self.held_against, *self.colder))
+            lines.append(f"  greedy answers right on {self.greedy_pass_rate:.0%} of these prompts; samples at "
+                         + "; at ".join(f"temperature {s.temperature:g}: {s.pass_rate:.0%} right, "
+                                        f"{s.flat_fraction:.0%} of prompts without spread" for s in probed)
+                         + (f" ({self.held_against.max_completion_length} tokens)" if self.held_against else ""))
+        sampled_colder = any(s.temperature != self.temperature for _, s in self._setups())
         for name, setup in self._setups():
-            lines.append(f"  {name} {setup.headline()}")
+            lines.append(f"  {name} {setup.headline(temperature=sampled_colder)}")
             if setup is self.trained:
                 lines += [f"    reward {r.name}: mean {r.mean:.3f}, std {r.std:.3f}"
                           + (f", unscored {r.unscored:.0%} ({describe(Counter(r.causes))})" if r.unscored else "")
@@ -244,17 +269,23 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     sequence length, when most samples are still cut there) and scored as cut at each length judged.
     A task that leaves its completion length open (a file task) is judged at the length and rewards
     `fit_task` will give it; a fixed length is judged as it is, with the fix's figures beside it.
+    Where most prompts have no spread, the greedy answers to the same prompts say why: right where the
+    samples are wrong, the samples are noise, and lower temperatures (COLDER) are probed; a task whose
+    temperature is left open (a `Task` without one, and `temperature` not given) is trained at the one that
+    leaves the most prompts with spread. A temperature set by the caller is kept, and the advice printed.
     """
     start = time.time()
     if n_prompts < 1:
         raise ConfigError(f"n_prompts={n_prompts}: the pre-flight needs at least one prompt to sample (skip it "
                           "instead: --preflight-prompts 0 on the command line).")
     open_length = isinstance(dataset, Task) and dataset.max_completion_length is None and max_completion_length is None
+    open_sampling = isinstance(dataset, Task) and dataset.temperature is None and temperature is None
     if isinstance(dataset, Task):
         task = dataset
         dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
         reward_weights = reward_weights if reward_weights is not None else task.reward_weights
         max_completion_length = max_completion_length or task.max_completion_length
+        temperature = temperature if temperature is not None else task.temperature
         match = match or task.match
     preset = resolve_preset(preset)
     overrides = {k: v for k, v in dict(num_generations=num_generations, max_completion_length=max_completion_length,
@@ -300,10 +331,43 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
                                     [*funcs, *guard([brevity(max_chars=report.brevity_max_chars)])],
                                     [*weights, BREVITY_WEIGHT])
             report.adjustments.append(f"+ brevity reward (weight {BREVITY_WEIGHT:g})")
-    for setup in filter(None, (asked, report.proposed)):
+    _fit_sampling(report, sample, judge, open_sampling)
+    for setup in filter(None, (asked, report.proposed, *report.colder)):
         setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
     return report
+
+
+def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open_sampling: bool) -> None:
+    """Where most prompts of the setup to train are flat and wrong, the greedy answers to the same prompts
+    tell noisy samples from a task the model cannot do. Noisy: each of COLDER is drawn in turn (stopping
+    once most prompts have spread) and, for a task whose temperature is open, the setup with the most
+    prompts with spread is the one trained. The judged rewards and length are the setup's own."""
+    base = report.trained
+    known = base.pass_rate is not None and base.solved_fraction < base.flat_fraction / 2
+    if not known or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5:
+        return  # spread enough, a task without answers, flat because solved, or flat because cut
+    greedy = sample.greedy(base.max_completion_length)
+    right = judge.correct([seq for (seq,) in greedy], samples=1)
+    report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
+    for p, ok in zip(base.prompts, right, strict=True):
+        object.__setattr__(p, "greedy_right", bool(ok))
+    if report.greedy_pass_rate < base.pass_rate + SAMPLING_GAP:
+        return  # wrong greedily as well: no temperature makes the model know the answers
+    funcs, weights = judge.judged[id(base)]
+    for t in (t for t in COLDER if t < base.temperature):
+        colder = judge.again(sample.at(t, base.max_completion_length), t)(base.max_completion_length, funcs, weights)
+        report.colder.append(colder)
+        if colder.flat_fraction < WEAK_SHARE:
+            break
+    best = min([base, *report.colder], key=lambda s: s.flat_fraction)
+    if best is base or not open_sampling:
+        return  # the advice stands in the sampling_noise fix; a temperature the caller set is kept
+    applied = report.adjustments if report.applies else []
+    if not report.applies:
+        report.brevity_max_chars = None  # a length proposal left as advice: its brevity reward is not trained
+    report.proposed, report.applies = best, True
+    report.adjustments = [*applied, f"temperature {base.temperature:g} -> {best.temperature:g}"]
 
 
 class _Sampler:
@@ -319,6 +383,17 @@ class _Sampler:
         label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions"
         return self._generate(self.prompts, label, max_new_tokens=probe, samples=self.k)
 
+    def at(self, temperature: float, length: int) -> list[list[list[int]]]:
+        """A new draw of the same prompts at another temperature, to `length` tokens."""
+        label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions at temperature {temperature:g}"
+        return self._generate(self.prompts, label, max_new_tokens=length, samples=self.k, temperature=temperature)
+
+    def greedy(self, length: int) -> list[list[list[int]]]:
+        """The model's greedy answer to each prompt, to `length` tokens: its best answer, to hold the samples to."""
+        return generate_ids(self.model, self.tokenizer, self.prompts, max_new_tokens=length,
+                            batch_size=max(1, len(self.prompts)),
+                            progress=progress_lines("pre-flight: greedy answers") if self.progress else None)
+
     def extend(self, ids: list[list[list[int]]], start: int, probe: int) -> list[list[list[int]]]:
         """The same draw looked at further: each completion still open at `start` tokens is continued up to
         `probe` (what sampling it to `probe` from the start would give, at the cost of the added tokens only)."""
@@ -332,9 +407,11 @@ class _Sampler:
             longer[i][j] += more
         return longer
 
-    def _generate(self, prompts: list, label: str, **kwargs) -> list[list[list[int]]]:
+    def _generate(self, prompts: list, label: str, temperature: float | None = None,
+                  **kwargs) -> list[list[list[int]]]:
         c = self.config
-        return generate_ids(self.model, self.tokenizer, prompts, do_sample=True, temperature=c.temperature,
+        return generate_ids(self.model, self.tokenizer, prompts, do_sample=True,
+                            temperature=c.temperature if temperature is None else temperature,
                             top_p=c.top_p, top_k=c.top_k or None, min_p=c.min_p,
                             repetition_penalty=c.repetition_penalty, batch_size=max(1, len(prompts)),
                             progress=progress_lines(label) if self.progress else None, **kwargs)
@@ -346,10 +423,29 @@ class _Judge:
     def __init__(self, tokenizer, sampler: _Sampler, ids: list, picked: Dataset, rows: list[int], match: str):
         self.tokenizer, self.eos, self.ids, self.rows, self.match, self.k = (
             tokenizer, sampler.eos, ids, rows, match, sampler.k)
-        self.prompts = sampler.prompts
+        self.prompts, self.picked, self.temperature = sampler.prompts, picked, sampler.config.temperature
         self.columns = {c: [v for v in picked[c] for _ in range(self.k)] for c in picked.column_names if c != "prompt"}
         self.totals: dict[int, np.ndarray] = {}
         self._texts: dict[int, list[str]] = {}
+        self.judged: dict[int, tuple[list, list[float]]] = {}  # id(Setup) -> the rewards and weights it was judged by
+
+    def again(self, ids: list, temperature: float) -> _Judge:
+        """A judge of another draw of the same prompts, drawn at `temperature`."""
+        other = copy.copy(self)
+        other.ids, other.temperature, other.totals, other._texts = ids, temperature, {}, {}
+        return other
+
+    def correct(self, seqs: list[list[int]], samples: int) -> list[bool] | None:
+        """Whether each completion (`samples` a prompt, in prompt order) is right; None without answers."""
+        answers, labels = self.picked["answer"] if "answer" in self.picked.column_names else None, self._labels()
+        if answers is None:
+            return None
+        texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in seqs]
+        return [is_correct(t, answers[i // samples], self.match, labels=labels[i // samples] if labels else None)
+                for i, t in enumerate(texts)]
+
+    def _labels(self) -> list | None:
+        return self.picked["labels"] if "labels" in self.picked.column_names else None
 
     def texts(self, length: int) -> list[str]:
         if length not in self._texts:
@@ -366,25 +462,29 @@ class _Judge:
         flat_prompts = [p for p in self.prompts for _ in range(k)]
         scores, causes = _score(funcs, flat_prompts, completions, seen, self.columns)
         totals = self.totals[length] = _totals(scores, weights)
-        answers = self.columns.get("answer")
-        labels = self.columns.get("labels")
-        correct = ([is_correct(t, a, self.match, labels=labels[i] if labels else None)
-                    for i, (t, a) in enumerate(zip(texts, answers, strict=True))] if answers else None)
+        correct = self.correct(seen, k)
+        labels = self._labels()
+        answers = [_answer_key(t, labels[i // k] if labels else None) for i, t in enumerate(texts)]
         per_prompt = []
         for i, row in enumerate(self.rows):
             group = slice(i * k, (i + 1) * k)
             per_prompt.append(PromptStats(
                 row, _prompt_text(self.prompts[i]), float(np.mean(totals[group])), float(np.std(totals[group], ddof=1)),
                 float(np.mean(correct[group])) if correct else None, float(np.mean(cut[group]))))
-        flat = [p for p in per_prompt if p.spread <= SPREAD_EPS or p.pass_rate in (0.0, 1.0)]
-        return Setup(
+        flat_at = [i for i, p in enumerate(per_prompt) if p.spread <= SPREAD_EPS or p.pass_rate in (0.0, 1.0)]
+        flat = [per_prompt[i] for i in flat_at]
+        alike = [len(set(answers[i * k:(i + 1) * k])) == 1 for i in flat_at]
+        setup = Setup(
             max_completion_length=length, flat_fraction=len(flat) / len(per_prompt),
             zero_spread_fraction=float(np.mean([p.spread <= SPREAD_EPS for p in per_prompt])),
             truncation_rate=float(np.mean(cut)), pass_rate=float(np.mean(correct)) if correct else None,
             prompts=per_prompt, correlations=_correlations(funcs, scores),
             rewards=[RewardStats(_name(f), _nanstat(np.nanmean, s), _nanstat(np.nanstd, s), float(np.mean(np.isnan(s))),
                                  dict(c)) for f, s, c in zip(funcs, scores, causes, strict=True)],
-            cut_without_spread=float(np.mean([p.truncated >= 1.0 for p in flat])) if flat else 0.0)
+            cut_without_spread=float(np.mean([p.truncated >= 1.0 for p in flat])) if flat else 0.0,
+            alike_fraction=float(np.mean(alike)) if alike else 0.0, temperature=self.temperature)
+        self.judged[id(setup)] = (funcs, weights)
+        return setup
 
 
 def _ended(seq: list[int], eos: set[int]) -> bool:
@@ -410,7 +510,7 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
                 "Make it return one float per completion (None only where it does not apply), and try it by hand "
                 "on a few completions: the pre-flight report's examples (`report.examples`, or `examples` in "
                 "`rloo-kit preflight --json`).", blocking=nothing))
-    g, temp, length = report.num_generations, report.temperature, setup.max_completion_length
+    g, temp, length = report.num_generations, setup.temperature, setup.max_completion_length
     names = {r.name for r in setup.rewards}
     # flat because right in all K samples, not because wrong or cut: the model already knows these prompts
     mostly_known = setup.flat_fraction >= WEAK_SHARE and setup.solved_fraction >= setup.flat_fraction / 2
@@ -433,20 +533,28 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
                 "truncation", f"{flat} at {length} tokens, because their completions are cut before the answer "
                 f"({setup.truncation_rate:.0%} of all completions are).", _length_fix(report, length, names),
                 blocking=blocking))
+        elif noise := _sampling_noise(report, setup, flat):
+            problems.append(noise)
         else:
             asked = report.asked
             elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
                          and asked.pass_rate is not None else "")
+            greedy = ("" if report.greedy_pass_rate is None else
+                      f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so colder sampling "
+                      "would not help")
             why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
-                   "length probed, not cut" if setup.pass_rate is not None
+                   f"length probed, not cut{greedy}" if setup.pass_rate is not None
                    else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}")
             fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
             if "correct_answer" not in names or "exact_answer" in names:
                 fixes.append("give partial credit (rewards.correct_answer rather than an all-or-nothing match)")
             if "brevity" not in names:
                 fixes.append("add rewards.brevity() with a small weight so that right answers differ too")
-            fixes += ["try a bigger model", f"raise num_generations {g} -> {2 * g} and temperature {temp:g} -> "
-                      f"{min(temp + 0.3, 1.5):g}"]
+            more = f"raise num_generations {g} -> {2 * g}"
+            if setup.alike_fraction >= ALIKE_SHARE:  # K copies of one answer: a warmer draw makes them differ
+                more += (f" and temperature {temp:g} -> {min(temp + 0.3, 1.5):g} (the {g} samples of "
+                         f"{setup.alike_fraction:.0%} of these prompts are one answer)")
+            fixes += ["try a bigger model", more]
             problems.append(Problem(
                 "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
                 + ("learn nothing from them." if blocking else "learn slowly, from the few that differ."),
@@ -458,6 +566,27 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
             f"{report.finished_within_probe:.0%} end within {report.probe_length}.",
             _length_fix(report, length, names), blocking=False))
     return problems
+
+
+def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem | None:
+    """Flat because the samples are wrong where the model's greedy answer is right: the fix is a colder draw,
+    in the figures the pre-flight measured there when it probed one. None when the greedy answers are no
+    better (or were not measured)."""
+    greedy = report.greedy_pass_rate
+    if greedy is None or setup.pass_rate is None or greedy < setup.pass_rate + SAMPLING_GAP:
+        return None
+    t = setup.temperature
+    colder = [c for c in report.colder if c.temperature < t and c.flat_fraction < setup.flat_fraction]
+    best = min(colder, key=lambda c: c.flat_fraction, default=None)
+    lower = (f"lower temperature {t:g} -> {best.temperature:g} (measured there: {best.flat_fraction:.0%} of prompts "
+             f"without spread, {best.pass_rate:.0%} of samples right)" if best else
+             f"lower temperature {t:g} -> {round(t / 2, 2):g}")
+    return Problem(
+        "sampling_noise", f"{flat} at temperature {t:g}: {setup.pass_rate:.0%} of the samples are right, while the "
+        f"greedy answers to the same prompts are right on {greedy:.0%}. The samples are noisier than the model's "
+        "best answer, so each group is wrong together.",
+        f"{lower}; or cut the sampling tail with min_p=0.1 (a recipe key). A higher temperature makes this worse.",
+        blocking=setup.flat_fraction >= COLLAPSE_SHARE)
 
 
 def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
@@ -532,6 +661,12 @@ def _name(f) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
+def _answer_key(text: str, labels: list | None) -> str:
+    """What a completion answers, to tell K copies of one answer from K different ones: the answer it is
+    scored on where one is found, else its words."""
+    return predicted_answer(text, labels) or " ".join(text.lower().split())
+
+
 def _prompt_text(prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
@@ -544,25 +679,35 @@ def _brevity_chars(dataset: Dataset) -> int:
 
 
 def fit_task(task: Task, report: PreflightReport) -> tuple[Task, list[str]]:
-    """The task the pre-flight judged as the one to train: for a task that leaves its completion length
-    open (a file task; the arithmetic task fixes its own), the length and brevity reward of
-    `report.trained`, with the reasons in words. A task with its own length is returned as it is."""
-    if task.max_completion_length is not None:
-        return task, []
+    """The task the pre-flight judged as the one to train, with the reasons in words: for a task that leaves
+    its completion length open (a file task; the arithmetic task fixes its own), the length and brevity
+    reward of `report.trained`; for one that leaves its temperature open, the temperature fitted where the
+    samples were noise. What the task sets itself is kept."""
     applied = report.applies and report.proposed is not None
-    task = refit(task, report.max_completion_length, report.brevity_max_chars if applied else None)
-    asked = report.asked
-    return task, [f"{change}: at {asked.max_completion_length} tokens {asked.truncation_rate:.0%} of completions were "
+    trained, asked, notes = report.trained, report.asked, []
+    length = trained.max_completion_length if task.max_completion_length is None else None
+    if length is not None and applied:
+        notes += [f"{change}: at {asked.max_completion_length} tokens {asked.truncation_rate:.0%} of completions were "
                   f"cut; 90% of those that end need {report.needed_lengths.get('p90')} tokens"
-                  for change in (report.adjustments if applied else [])]
+                  for change in report.adjustments if not change.startswith("temperature")]
+    temperature = trained.temperature if task.temperature is None and trained.temperature != asked.temperature else None
+    if temperature is not None:
+        notes.append(f"temperature {asked.temperature:g} -> {temperature:g}: greedy answers were right on "
+                     f"{report.greedy_pass_rate:.0%} of the probed prompts, samples on {asked.pass_rate:.0%}; at "
+                     f"{temperature:g} {trained.flat_fraction:.0%} of prompts are without spread (as asked: "
+                     f"{report.asked.flat_fraction:.0%})")
+    return refit(task, length, report.brevity_max_chars if applied else None, temperature), notes
 
 
-def refit(task: Task, max_completion_length: int, brevity_max_chars: int | None = None) -> Task:
-    """An open-length task at the length (and with the brevity reward) a pre-flight chose: what
-    `fit_task` does, and what a resumed run does again from the choice its first attempt recorded."""
-    if task.max_completion_length is not None:
-        return task
-    task = task.replace(max_completion_length=max_completion_length)
-    if brevity_max_chars is not None:
-        task = task.with_reward(brevity(max_chars=brevity_max_chars), BREVITY_WEIGHT)
+def refit(task: Task, max_completion_length: int | None, brevity_max_chars: int | None = None,
+          temperature: float | None = None) -> Task:
+    """A task at the length (with the brevity reward) and temperature a pre-flight chose, where the task left
+    them open: what `fit_task` does, and what a resumed run does again from the choice its first attempt
+    recorded (fit.json)."""
+    if task.max_completion_length is None and max_completion_length is not None:
+        task = task.replace(max_completion_length=max_completion_length)
+        if brevity_max_chars is not None:
+            task = task.with_reward(brevity(max_chars=brevity_max_chars), BREVITY_WEIGHT)
+    if task.temperature is None and temperature is not None:
+        task = task.replace(temperature=temperature)
     return task

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError, ModelTooLargeError
 from .hardware import Hardware, detect_hardware
+from .limits import check_numbers
 from .memory import FIT_MARGIN, ModelShape, estimate_memory
 
 LORA_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -77,8 +78,14 @@ class Preset:
         "keeps the policy near the base without stopping it learning; raise it when the health monitor "
         "names kl_explosion or reward_hacking.")
     temperature: float = _help(
-        "Sampling temperature of the K completions: 1.0, so the group has the spread RLOO's advantage needs "
-        "(a low temperature makes K copies of one answer, and no prompt teaches anything).")
+        "Sampling temperature of the K completions, as asked: 1.0 (TRL's default), so that the K samples of a "
+        "prompt differ (a very low one makes K copies of one answer, and no prompt teaches anything). A small "
+        "model's samples at 1.0 can be far worse than its greedy answer (SmolLM2-135M on a held-back task: 2% of "
+        "samples right where its greedy answers were right on 53%; 31% right at 0.3): where the pre-flight sees "
+        "that, it probes 0.5 and 0.3 and trains a task that leaves its temperature open at the one that leaves "
+        "the most prompts with spread (benchmarks/results/sampling-fit.md). The GPU presets keep 1.0 as asked, "
+        "where TRL's and Unsloth's RL recipes sample for 0.5B-7B models; untested here on a GPU, and the same "
+        "pre-flight fit applies there.")
     optim: str = _help(
         "The optimizer: paged or 8-bit AdamW (bitsandbytes) on GPUs to keep optimizer state small; plain "
         "AdamW on the CPU, where bitsandbytes' optimizers do not run (`make_config` swaps them there).")
@@ -242,7 +249,9 @@ def _device_flags(hw: Hardware, preset: Preset) -> dict:
 
 def validate_rloo_fields(fields: dict, max_seq_length: int) -> None:
     """The kit's own checks, which RLOOConfig does not make: the completion must leave room for a prompt;
-    vLLM generation (use_vllm=True) needs vLLM and a CUDA GPU, which TRL finds out only as the trainer starts."""
+    vLLM generation (use_vllm=True) needs vLLM and a CUDA GPU, which TRL finds out only as the trainer starts;
+    and every number in its range (`limits.check_numbers`), which TRL finds out, if at all, steps later."""
+    check_numbers(fields)
     mcl = fields.get("max_completion_length")
     if mcl is not None and mcl >= max_seq_length:
         raise ConfigError(f"max_completion_length={mcl} leaves no room for the prompt within max_seq_length="

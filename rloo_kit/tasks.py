@@ -29,8 +29,10 @@ DEFAULT_EVAL_LENGTH = 256  # tokens, for a task evaluated before any preset fixe
 @dataclass(frozen=True)
 class Task:
     """Train and test splits (a `prompt` column, `answer` where there is one), the rewards with their
-    weights, how evaluation counts an answer correct ("final" or "exact", see rewards.is_correct), and
-    the completion length that training and evaluation share (None: the preset's)."""
+    weights, how evaluation counts an answer correct ("final" or "exact", see rewards.is_correct), the
+    completion length that training and evaluation share (None: the preset's, or the pre-flight's for a
+    file task), and the sampling temperature of training (None: the preset's, or the one the pre-flight
+    fits where the preset's gives noise)."""
 
     name: str
     train: Dataset
@@ -39,6 +41,7 @@ class Task:
     reward_weights: tuple[float, ...] | None = None
     match: str = "final"
     max_completion_length: int | None = None
+    temperature: float | None = None
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed, e.g. task.replace(max_completion_length=48)."""
@@ -85,12 +88,14 @@ class Task:
         return self.replace(train=self.train.select(keep_train), test=self.test.select(keep_test)), dropped
 
     def trainer_overrides(self) -> dict:
-        """The RLOOConfig fields this task decides: reward weights and completion length."""
+        """The RLOOConfig fields this task decides: reward weights, completion length and temperature."""
         out = {}
         if self.reward_weights is not None:
             out["reward_weights"] = list(self.reward_weights)
         if self.max_completion_length is not None:
             out["max_completion_length"] = self.max_completion_length
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
         return out
 
     def evaluate(self, model, tokenizer, dataset: Dataset | None = None, **kwargs) -> EvalReport:

@@ -100,6 +100,10 @@ def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_pat
                  "--n-test", "4", "--output", str(tmp_path / "eval.json")]) == 0
     evaluated = json.loads((tmp_path / "eval.json").read_text())
     assert evaluated["adapter"]["accuracy"] == m["accuracy_after"]
+    trained_at = m["config"]["temperature"]  # sampled as training sampled, beside the greedy answers
+    assert m["sampled_before"] == {"temperature": trained_at, "samples": 2, "accuracy": m["sampled_before"]["accuracy"]}
+    assert m["sampled_after"]["temperature"] == trained_at and 0 <= m["sampled_after"]["accuracy"] <= 1
+    assert evaluated["sampled"]["temperature"] == trained_at and evaluated["sampled"]["samples"] == 4
     assert evaluated["paired"] == m["paired"] and m["paired"]["prompts"] == 4  # the same held-out prompts
     after = json.loads((out / "evaluation_after.json").read_text())["completions"]  # the answers, to read
     assert [a["completion"] for a in evaluated["answers"]["adapter"]] == [a["completion"] for a in after]

@@ -89,7 +89,7 @@ def test_null_and_empty_answers_are_refused_not_scored_as_none(tripwire, capsys,
 @pytest.mark.parametrize(("args", "words"), [
     (["--max-steps", "0"], "--max-steps 0"),
     (["--preflight-prompts", "-1"], "--preflight-prompts -1"),
-    (["--num-generations", "1"], "num_generations"),
+    (["--num-generations", "1"], "--num-generations 1"),
     (["--batch-size", "3", "--num-generations", "2"], "3"),
 ])
 def test_settings_that_cannot_work(tripwire, capsys, tmp_path, tiny_model_dir, args, words):
@@ -140,3 +140,72 @@ def test_help_and_argument_errors_load_no_heavy_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
     assert "invalid int value: 'abc'" in done.stderr
+
+
+BAD_NUMBERS = ("0", "-1", "nan", "1e12", "abc")
+NUMERIC_OPTIONS = {  # command (with what it needs besides): its numeric options
+    ("train", "--task", "arithmetic"): ("--max-steps", "--save-steps", "--batch-size", "--num-generations",
+                                        "--max-completion-length", "--beta", "--temperature", "--learning-rate",
+                                        "--lora-r", "--lora-alpha", "--n-test", "--preflight-prompts", "--seed",
+                                        "--reward-model-weight"),
+    ("preflight", "--task", "arithmetic"): ("--num-generations", "--max-completion-length", "--temperature",
+                                            "--learning-rate", "--n-test", "--preflight-prompts"),
+    ("eval", "--adapter", "no/adapter"): ("--n-test", "--samples", "--max-new-tokens", "--temperature"),
+    ("train-rm", "--path", "prefs.jsonl"): ("--learning-rate", "--epochs", "--eval-fraction", "--max-length",
+                                            "--lora-r", "--batch-size", "--seed"),
+    ("export", "--adapter", "no/adapter", "--output", "x.gguf"): ("--n-test", "--max-new-tokens"),
+}
+
+
+@pytest.mark.parametrize(("command", "option"), [(c, o) for c, options in NUMERIC_OPTIONS.items() for o in options])
+def test_every_number_out_of_range_is_refused_in_one_line_before_any_work(tripwire, capsys, tmp_path, command,
+                                                                        option):
+    """0, a negative, NaN, a huge value and a word, for every numeric option of every command: each one its range
+    refuses ends in one line and exit 2, with no traceback and nothing written, and most of them are refused."""
+    from rloo_kit.limits import LIMITS
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    action = next(a for a in commands.choices[command[0]]._actions if option in a.option_strings)
+    refused = 0
+    for value in BAD_NUMBERS:
+        try:
+            parsed = action.type(value)
+        except ValueError:
+            parsed = None  # argparse's own refusal: not a number of the option's kind
+        if parsed is not None and LIMITS[action.dest].problem(parsed) is None:
+            continue  # in range for this option (a seed of 0, a beta of 0): nothing to refuse
+        out = tmp_path / f"run{refused}"
+        try:
+            code = cli.main([*command, "--output-dir", str(out), option, value] if command[0] in ("train", "train-rm")
+                            else [*command, option, value])
+        except SystemExit as e:
+            code = e.code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and option in err[0] and "Traceback" not in err[0], (value, err)
+        assert not out.exists()
+        refused += 1
+    assert refused >= 3
+
+
+def test_a_recipes_numbers_are_checked_like_the_options(tripwire, capsys, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    for text, words in (("learning_rate: -1\n", "--learning-rate -1"), ("max_steps: ten\n", "invalid int value: 'ten'"),
+                        ("lora_r: [16]\n", "--lora-r [16]: is not a number (list)"), ("min_p: 2\n", "min_p 2"),
+                        ("top_p: .nan\n", "top_p nan")):
+        recipe.write_text(text)
+        try:
+            code = cli.main(["train", "--config", str(recipe), "--output-dir", str(tmp_path / "run")])
+        except SystemExit as e:  # argparse converts a recipe's text as it converts the command line's
+            code = e.code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and words in err[0], (text, err)
+        assert not (tmp_path / "run").exists()
+
+
+def test_the_api_refuses_the_same_numbers():
+    from rloo_kit.errors import ConfigError
+    from rloo_kit.presets import make_config
+
+    with pytest.raises(ConfigError, match=r"learning_rate -1: give a number > 0"):
+        make_config("cpu", learning_rate=-1)

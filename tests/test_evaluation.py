@@ -69,6 +69,25 @@ def test_samples_read_their_prompt_once_and_greedy_ones_agree(tiny_lora):
     assert torch.multinomial is cpu_step._multinomial and "generate" not in vars(model)  # put back
 
 
+def test_lean_generation_is_the_doors_and_gives_the_same_greedy_answers(tiny_lora, monkeypatch):
+    """The swaps `generate_ids` makes on a CPU are the door's patch cpu_generation: made for the call only, and not
+    at all where the door does not trust it (here: told so), with the same greedy answers both ways."""
+    import rloo_kit.patches as patches
+    from rloo_kit.evaluation import generate_ids, lean_generation
+
+    model, tok = tiny_lora
+    prompts = [[{"role": "user", "content": "Add 3 and 4."}], [{"role": "user", "content": "Hi"}]]
+    with lean_generation(model):
+        assert torch.multinomial is not cpu_step._multinomial and "generate" in vars(model)
+    assert torch.multinomial is cpu_step._multinomial and "generate" not in vars(model)
+    lean = generate_ids(model, tok, prompts, samples=2, max_new_tokens=5)
+    asked = []
+    monkeypatch.setattr(patches, "allowed", lambda name: asked.append(name) and False)
+    with lean_generation(model):
+        assert torch.multinomial is cpu_step._multinomial and "generate" not in vars(model)
+    assert generate_ids(model, tok, prompts, samples=2, max_new_tokens=5) == lean and set(asked) == {"cpu_generation"}
+
+
 def test_a_begun_completion_continues_as_if_never_stopped(tiny_lora):
     from rloo_kit.evaluation import generate_ids
 

@@ -196,6 +196,21 @@ def test_doctor_lists_every_patch_and_why(capsys, monkeypatch):
     assert {o.patch.name: o.status for o in plan("cuda", torch.bfloat16)}["trl_cpu_logprob"] == "not needed"
 
 
+def test_the_command_silences_the_kernel_notice_and_import_leaves_loggers_alone():
+    code = ("import logging, json, rloo_kit\n"
+            "name = 'bitsandbytes.backends.cpu.ops'\n"
+            "after_import = logging.getLogger(name).level\n"
+            "from rloo_kit.cli import _quiet_libraries\n"
+            "_quiet_libraries()\n"
+            "print(json.dumps([after_import, logging.getLogger(name).level]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [logging.NOTSET, logging.ERROR], done.stderr[-2000:]
+    cli = subprocess.run([sys.executable, "-m", "rloo_kit.cli", "doctor"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)  # doctor imports PEFT, and so bitsandbytes
+    assert cli.returncode == 0 and "kernels-community" not in cli.stderr, cli.stderr[-2000:]
+    assert "patch bitsandbytes_notice" in cli.stdout and "patch cpu_generation" in cli.stdout
+
+
 def test_every_patch_is_trusted_on_the_pinned_versions_and_names_real_tests():
     """Fails on a library upgrade that leaves a patch untested: run its tests, then widen its range."""
     assert len({p.name for p in PATCHES}) == len(PATCHES)

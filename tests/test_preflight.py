@@ -15,7 +15,7 @@ from rloo_kit.rewards import correct_answer, exact_answer
 from .helpers import length_reward
 
 SETUP_FIELDS = {"max_completion_length", "zero_spread_fraction", "flat_fraction", "truncation_rate", "pass_rate",
-                "prompts", "rewards", "correlations", "cut_without_spread"}
+                "prompts", "rewards", "correlations", "cut_without_spread", "alike_fraction"}
 
 
 def setup(**changes) -> Setup:
@@ -27,17 +27,20 @@ def setup(**changes) -> Setup:
     return Setup(**fields)
 
 
-def report(proposed: dict | None = None, applies: bool = False, **changes) -> PreflightReport:
+def report(proposed: dict | None = None, applies: bool = False, colder: tuple[dict, ...] = (),
+           **changes) -> PreflightReport:
     """A report with healthy numbers, changed where a test says: setup fields go to the as-asked setup,
     `proposed` (setup fields) makes the setup the kit proposes, `applies` makes it the one trained."""
     fields = dict(num_generations=4, temperature=1.0, seconds=1.0, finished_within_probe=0.9, probe_length=64,
                   needed_lengths={"p50": 10, "p90": 30, "max": 60}, suggested_max_completion_length=32)
     fields.update({k: v for k, v in changes.items() if k not in SETUP_FIELDS})
-    r = PreflightReport(asked=setup(**{k: v for k, v in changes.items() if k in SETUP_FIELDS}), **fields)
+    asked = setup(**{k: v for k, v in changes.items() if k in SETUP_FIELDS}, temperature=fields["temperature"])
+    r = PreflightReport(asked=asked, **fields)
+    r.colder = [setup(**c) for c in colder]
     if proposed is not None:
         r.proposed, r.applies = setup(**proposed), applies
         r.adjustments = [f"completion length 16 -> {r.proposed.max_completion_length}"]
-    for s in filter(None, (r.asked, r.proposed)):
+    for s in filter(None, (r.asked, r.proposed, *r.colder)):
         s.problems = diagnose(r, s)
     return r
 
@@ -112,6 +115,49 @@ def test_prompts_flat_because_always_right_are_solved_not_collapse():
     assert "temperature 0.1 -> 1.0" in r.problems[0].fix
     wrong = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.0, 0.0) for i in range(9)] + [known[-1]]
     assert report(flat_fraction=0.9, pass_rate=0.03, prompts=wrong).kinds() == ["reward_collapse"]
+
+
+NOISY = dict(flat_fraction=0.94, zero_spread_fraction=0.9, pass_rate=0.02)  # FACTS, fourth round: at temperature 1
+COLD = dict(temperature=0.3, flat_fraction=0.16, zero_spread_fraction=0.1, pass_rate=0.31)  # ... and at 0.3
+
+
+def test_samples_wrong_where_greedy_answers_are_right_are_noise_and_the_fix_is_colder():
+    r = report(greedy_pass_rate=0.53, colder=(dict(COLD, temperature=0.5, flat_fraction=0.7), COLD), **NOISY)
+    assert r.kinds() == ["sampling_noise"] and not r.ok  # not reward_collapse: the model knows these answers
+    problem = r.problems[0]
+    assert "2% of the samples are right" in problem.message and "right on 53%" in problem.message
+    assert "lower temperature 1 -> 0.3 (measured there: 16% of prompts without spread, 31% of samples right)" in (
+        problem.fix) and "raise" not in problem.fix.lower().replace("a higher temperature makes this worse", "")
+    unprobed = report(greedy_pass_rate=0.53, temperature=0.7, **dict(NOISY, flat_fraction=0.78))
+    assert unprobed.kinds() == ["sampling_noise"] and unprobed.ok  # 78%: a warning
+    assert "lower temperature 0.7 -> 0.35" in unprobed.problems[0].fix
+
+
+def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
+    hopeless = report(greedy_pass_rate=0.03, **NOISY)
+    assert hopeless.kinds() == ["reward_collapse"] and "greedy answers right on 3%" in hopeless.problems[0].message
+    assert "temperature" not in hopeless.problems[0].fix  # neither colder nor warmer cures a task beyond the model
+    alike = report(greedy_pass_rate=0.03, alike_fraction=0.8, **NOISY)
+    assert "temperature 1 -> 1.3 (the 4 samples of 80% of these prompts are one answer)" in alike.problems[0].fix
+
+
+def test_the_fitted_temperature_is_reported_beside_the_asked_one_and_trained():
+    r = report(greedy_pass_rate=0.53, colder=(COLD,), proposed=COLD, applies=True, **NOISY)
+    r.adjustments = ["temperature 1 -> 0.3"]
+    assert r.ok and not r.asked.ok and [p.kind for p in r.asked.problems] == ["sampling_noise"]
+    text = str(r)
+    assert ("greedy answers right on 53% of these prompts; samples at temperature 0.3: 31% right, 16% of prompts "
+            "without spread") in text
+    assert "as asked: at 16 tokens and temperature 1: 94% of prompts without spread" in text
+    assert "the kit trains (temperature 1 -> 0.3): at 16 tokens and temperature 0.3: 16% of prompts" in text
+    assert r.to_dict()["temperature"] == 0.3 and r.to_dict()["asked"]["temperature"] == 1.0
+    task = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)
+    fitted, notes = fit_task(task, r)
+    assert fitted.temperature == 0.3 and fitted.trainer_overrides()["temperature"] == 0.3
+    assert notes == ["temperature 1 -> 0.3: greedy answers were right on 53% of the probed prompts, samples on 2%; "
+                     "at 0.3 16% of prompts are without spread (as asked: 94%)"]
+    kept = task.replace(temperature=1.0)  # a temperature the user set is the task's own: kept
+    assert fit_task(kept, r)[0].temperature == 1.0
 
 
 def test_a_probe_still_mostly_cut_says_it_cannot_decide():
@@ -195,6 +241,33 @@ def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):
     d = r.to_dict()
     assert d["ok"] == r.ok and len(d["prompts"]) == 10
     assert "pre-flight: 10 prompts x 2 completions" in str(r)
+
+
+def test_on_the_tiny_model_noisy_samples_are_probed_colder_and_an_open_temperature_is_fitted(tiny_model_dir):
+    """Every token ends a reply of this tiny model, and the gold answer is its greedy one: greedy answers are all
+    right, samples of its near-uniform distribution mostly wrong. The pre-flight holds the two side by side,
+    probes colder draws, and trains a task that leaves its temperature open at the one with the most spread."""
+    from rloo_kit.evaluation import generate
+    from rloo_kit.tasks import Task
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    model.generation_config.eos_token_id = list(range(model.config.vocab_size))
+    prompts = rloo_kit.arithmetic_task(n_train=24, n_test=4)["train"]["prompt"][:8]
+    greedy, _ = generate(model, tok, prompts, max_new_tokens=4)
+    data = Dataset.from_dict({"prompt": prompts, "answer": [g[0] for g in greedy]})
+    task = Task("file", data, data, (exact_answer,), match="exact", max_completion_length=4)
+    r = rloo_kit.preflight(model, tok, task, preset="cpu", num_generations=2, n_prompts=8, progress=False)
+    assert r.greedy_pass_rate == 1.0 and r.asked.pass_rate < 1 - 0.15 and "sampling_noise" in [
+        p.kind for p in r.asked.problems]
+    probed = [c.temperature for c in r.colder]
+    assert probed in ([0.5], [0.5, 0.3]) and (probed == [0.5]) == (r.colder[0].flat_fraction < 0.6)
+    best = min([r.asked, *r.colder], key=lambda s: s.flat_fraction)
+    assert r.trained is best and (best is r.asked or r.adjustments == [f"temperature 1 -> {best.temperature:g}"])
+    assert fit_task(task, r)[0].temperature == (None if best is r.asked else best.temperature)
+    kept = rloo_kit.preflight(model, tok, task.replace(temperature=1.0), preset="cpu", num_generations=2, n_prompts=8,
+                              progress=False)
+    assert kept.trained.temperature == 1.0 and kept.colder  # probed for the advice, not applied
+    assert fit_task(task.replace(temperature=1.0), kept)[0].temperature == 1.0
 
 
 @pytest.mark.heavy

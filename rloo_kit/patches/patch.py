@@ -11,7 +11,9 @@ import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
-PHASES = ("model", "config", "process", "trainer", "live")
+# "call": applied by the kit's own code for the length of one call (its generation), "cli": by the `rloo-kit`
+# command for its own process; both with `apply=None`, asking the door `allowed(name)` first
+PHASES = ("model", "config", "process", "trainer", "live", "call", "cli")
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,8 @@ class Patch:
     tested: dict[str, str]  # distribution -> the PEP 440 range its tests passed on
     tests: tuple[str, ...]  # pytest node ids that hold it to the library's own result
     apply: str | None  # "module:function", given the phase's object (nothing for "process"); returning
-    # False means it declined this model or config (its own checks); None: applied by the live view itself
+    # False means it declined this model or config (its own checks); None: applied by the code of its phase
+    # ("live", "call", "cli"), after `allowed(name)`
     phase: str = "trainer"  # when it applies: on the model, the config, the process, the built trainer, or "live"
     devices: tuple[str, ...] | None = ("cpu",)  # the run's device types it is for (None: any)
     dtype: torch.dtype | None = None  # the base model's dtype it is for (None: any)

@@ -84,6 +84,22 @@ PATCHES: tuple[Patch, ...] = (
           targets=(f"{RLOO}._calculate_rewards", f"{RLOO}()._metrics", "trl.trainer.utils.nanstd"),
           tested=TRL, tests=("tests/test_diagnostics.py::test_the_spread_is_taken_as_trl_takes_its_rewards",),
           apply="rloo_kit.diagnostics:log_task_reward_spread", devices=None),
+    Patch("cpu_generation", "the kit's own generation on a CPU (pre-flight, evaluation, gold monitor), for the length "
+          "of each call: inference mode, each distinct prompt read once (`model.generate` rebound on the instance) "
+          "and torch.multinomial swapped for a CDF draw; fp32 and bf16 models alike",
+          targets=("torch.multinomial", "transformers.GenerationMixin.generate",
+                   "transformers.cache_utils.DynamicCache.batch_select_indices"), tested=TRANSFORMERS | TORCH,
+          tests=(CPU_STEP + "test_categorical_draw_follows_the_probabilities",
+                 CPU_STEP + "test_repeated_prompts_are_read_once_and_generate_the_same",
+                 "tests/test_evaluation.py::test_lean_generation_is_the_doors_and_gives_the_same_greedy_answers"),
+          apply=None, phase="call"),
+    Patch("bitsandbytes_notice", "bitsandbytes' notice that an optional hub kernel ('kernels') is missing, printed "
+          "when PEFT imports it, silenced in the `rloo-kit` command's own process (its logger "
+          "'bitsandbytes.backends.cpu.ops' set to ERROR): bitsandbytes uses its own CPU kernel either way. In a "
+          "notebook it shows once, at the first model load",
+          targets=(), tested={"bitsandbytes": "==0.50.*"},
+          tests=("tests/test_patches.py::test_the_command_silences_the_kernel_notice_and_import_leaves_loggers_alone",),
+          apply=None, phase="cli", devices=None),
     Patch("ipykernel_subshell", "the live view's Stop button answered on a kernel subshell (ipykernel's private "
           "`_create_subshell`, and the comm's `_reply_subshell_for`) while the training cell runs",
           targets=("ipykernel.subshell_manager.SubshellManager._create_subshell",
