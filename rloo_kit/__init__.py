@@ -25,7 +25,7 @@ from .errors import (
     RlooKitError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _log = _logging.getLogger("rloo_kit")
 if not _log.handlers:  # plain-words messages in notebooks and terminals, without configuring logging

