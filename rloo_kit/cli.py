@@ -110,6 +110,7 @@ def cmd_demo(args) -> int:
     return 0
 
 
+DEFAULT_STEPS = 40  # train's steps when neither --max-steps nor --minutes is given
 KNOBS = ("beta", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # preset fields
 
 
@@ -123,10 +124,6 @@ def _prepare(args):
     from .sources import check_source
     from .tasks import load_task, plan_run
 
-    if getattr(args, "max_steps", 1) is not None and getattr(args, "max_steps", 1) < 1:
-        raise ConfigError(f"--max-steps {args.max_steps}: train at least one step (the demo learns in 30).")
-    if args.preflight_prompts < 0:
-        raise ConfigError(f"--preflight-prompts {args.preflight_prompts}: give a number of prompts, or 0 to skip.")
     plan = plan_run(args.model, args.task, args.preset)
     knobs = {k: getattr(args, k) for k in KNOBS if getattr(args, k, None) is not None}
     if knobs:
@@ -151,7 +148,10 @@ def _prepare(args):
 
 def _overrides(args) -> dict:
     """The RLOOConfig fields set on the command line that no preset field carries."""
-    fields = dict(max_steps=getattr(args, "max_steps", None), save_steps=getattr(args, "save_steps", None),
+    steps = getattr(args, "max_steps", None)
+    if steps is None and hasattr(args, "max_steps") and getattr(args, "minutes", None) is None:
+        steps = DEFAULT_STEPS
+    fields = dict(max_steps=steps, save_steps=getattr(args, "save_steps", None),
                   per_device_train_batch_size=getattr(args, "batch_size", None), seed=args.seed,
                   report_to=getattr(args, "report_to", None))
     if fields["report_to"] == "wandb":
@@ -169,15 +169,6 @@ def _load(args, plan, task):
     if kind := task.answer_kind():
         print(f"answers: {kind}", flush=True)
     return model, tok
-
-
-def _run_preflight(args, plan, task, model, tok):
-    from .preflight import preflight
-
-    report = preflight(model, tok, task, preset=plan.preset, n_prompts=args.preflight_prompts, seed=args.seed or 0)
-    print(report, flush=True)
-    report.raise_if_unscored()
-    return report
 
 
 def _settings_text(plan, task, args) -> str:
@@ -198,9 +189,15 @@ def cmd_preflight(args) -> int:
     if args.preflight_prompts == 0:
         raise ConfigError("--preflight-prompts 0 leaves the pre-flight nothing to sample: give at least 1 "
                           "(default 32).")
+    from .pipeline import fitting_prompts
+    from .preflight import preflight
+
     plan, task = _prepare(args)
     model, tok = _load(args, plan, task)
-    report = _run_preflight(args, plan, task, model, tok)
+    task = fitting_prompts(plan, task, tok)  # the prompts `train` would sample, no others
+    report = preflight(model, tok, task, preset=plan.preset, n_prompts=args.preflight_prompts, seed=args.seed or 0)
+    print(report, flush=True)
+    report.raise_if_unscored()
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
     return 0 if report.ok else 1
@@ -243,6 +240,8 @@ def cmd_train(args) -> int:
         print("pre-flight skipped under several processes: run `rloo-kit preflight` (same options) in one first.")
         prompts = 0
     seed = overrides.pop("seed", 0)  # the pre-flight's draw, the evaluation split and training share it
+    if args.minutes is not None:
+        overrides["minutes"] = args.minutes
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
                  force=args.force, seed=seed, **overrides)
     if not report.trained:
@@ -459,7 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_args(tr)
     tr.add_argument("--output-dir", default="runs/train", help="where the adapter, checkpoints, metrics.json, the "
                     "pre-flight's report and the recipe go")
-    tr.add_argument("--max-steps", type=int, default=40, help="training steps (the demo learns in 30)")
+    tr.add_argument("--max-steps", type=int, help=f"training steps (default: {DEFAULT_STEPS}; the demo learns in 30); "
+                    "with --minutes, a cap")
+    tr.add_argument("--minutes", type=float, help="train for this many minutes instead of a number of steps, at a "
+                    "constant learning rate: greedy accuracy on a few training rows set apart (validation) is measured "
+                    "at step 0 and along the way, each best adapter kept in OUTPUT_DIR/best, and the run ends with the "
+                    "best as its adapter; the held-out test split is measured once, at the end")
     tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
                     "(default: 25)")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "

@@ -36,3 +36,7 @@ class GPUOutOfMemoryError(RlooKitError, MemoryError):
 class ExportError(RlooKitError, ValueError):
     """An adapter that cannot leave the kit as asked: unsupported architecture or quantization, an output that
     exists, a base model that does not fit the adapter, a full disk, or no llama.cpp runtime to check it with."""
+
+
+class RunRefused(RlooKitError):
+    """The pre-flight says the run that would be trained cannot learn, and it was not forced."""

@@ -45,6 +45,7 @@ class Limit:
 
 LIMITS: dict[str, Limit] = {  # by the name of the option's destination, the recipe key and the RLOOConfig field
     "max_steps": Limit(int, 1, 10**7, "training steps; the demo learns in 30"),
+    "minutes": Limit(float, 0, 10**5, "minutes of training, the best validation step kept", low_open=True),
     "save_steps": Limit(int, 1, 10**7, "steps between checkpoints"),
     "num_generations": Limit(int, 2, 1024, "completions per prompt: RLOO's baseline is the mean of the other K-1"),
     "per_device_train_batch_size": Limit(int, 1, 65536, "completions per step on each process"),

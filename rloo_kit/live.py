@@ -182,7 +182,7 @@ class LiveView(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         elapsed = _hms(time.time() - self._start_time)
         if self.stopped_at is not None:
-            summary = (f"Stopped at step {state.global_step} of {state.max_steps} after {elapsed}; "
+            summary = (f"Stopped at step {self.steps(state)} after {elapsed}; "
                        f"train() saves the adapter to {args.output_dir}/adapter.")
         else:
             summary = f"Done: {state.global_step} steps in {elapsed}."
@@ -199,9 +199,26 @@ class LiveView(TrainerCallback):
         new, self._shown_diagnoses = found[self._shown_diagnoses:], len(found)
         return new
 
+    def steps(self, state) -> str:
+        """'12/40', or for a run bounded by time '12 (10-min budget)'."""
+        budget = getattr(self.trainer, "time_budget", None)
+        return (f"{state.global_step} ({budget.seconds / 60:g}-min budget)" if budget is not None
+                else f"{state.global_step}/{state.max_steps}")
+
+    def progress(self, state) -> tuple[int, int]:
+        """(done, total) for a progress bar: steps, or a budget's seconds."""
+        budget = getattr(self.trainer, "time_budget", None)
+        if budget is not None:
+            return int(budget.seconds - budget.left()), max(int(budget.seconds), 1)
+        return state.global_step, max(state.max_steps, 1)
+
     def times(self, state) -> tuple[str, str]:
-        """(elapsed, ETA) as h:mm:ss, the ETA from this run's own steps so far (a resumed run's too)."""
+        """(elapsed, ETA) as h:mm:ss, the ETA from this run's own steps so far (a resumed run's too), or what
+        is left of a time budget."""
         elapsed = time.time() - self._start_time
+        budget = getattr(self.trainer, "time_budget", None)
+        if budget is not None:
+            return _hms(elapsed), _hms(budget.left())
         done = state.global_step - self._start_step
         left = max(state.max_steps - state.global_step, 0)
         return _hms(elapsed), _hms(elapsed / done * left) if done > 0 else "?"

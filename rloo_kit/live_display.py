@@ -43,7 +43,7 @@ def step_line(view, state) -> str:
     logs = view.history[-1]
     elapsed, eta = view.times(state)
     per_fn = " ".join(f"{n} {fmt(logs.get(f'rewards/{n}/mean'))}" for n in curves.reward_names(view.history))
-    parts = [f"step {state.global_step}/{state.max_steps}", f"{elapsed} elapsed, ETA {eta}",
+    parts = [f"step {view.steps(state)}", f"{elapsed} elapsed, ETA {eta}",
              f"reward {fmt(logs.get('reward'))}" + (f" [{per_fn}]" if per_fn else "")]
     if logs.get("kl") is not None:
         parts.append(f"kl {fmt(logs['kl'], 4)}")
@@ -80,7 +80,8 @@ class WidgetPanel:
                                "interrupt the kernel (the adapter is kept in output_dir/interrupted).</small>")
 
     def begin(self, view, state, show: bool) -> None:
-        self.progress_bar.max, self.progress_bar.value = max(state.max_steps, 1), state.global_step
+        done, total = view.progress(state)
+        self.progress_bar.max, self.progress_bar.value = total, done
         self.progress_bar.bar_style = ""
         self.stop_button.disabled, self.stop_button.description = False, "Stop after this step"
         self.banners.children = ()
@@ -93,7 +94,8 @@ class WidgetPanel:
             display(self.widget)
 
     def update(self, view, state, new_diagnoses: Sequence) -> None:
-        self.progress_bar.max, self.progress_bar.value = max(state.max_steps, 1), state.global_step
+        done, total = view.progress(state)
+        self.progress_bar.max, self.progress_bar.value = total, done
         self.progress_text.value = progress_html(view, state)
         self._add_banners(new_diagnoses)
         self.curves.value = curves_png(view.history, view.diagnoses)
@@ -124,7 +126,7 @@ def _with_class(widget, css_class: str):
 
 def progress_html(view, state, final: str | None = None) -> str:
     elapsed, eta = view.times(state)
-    head = f"<b>step {state.global_step} / {state.max_steps}</b> · {elapsed} elapsed"
+    head = f"<b>step {view.steps(state)}</b> · {elapsed} elapsed"
     tail = f" · {html.escape(final)}" if final else f" · ETA {eta}"
     last = view.history[-1] if view.history else {}
     reward = f" · reward {fmt(last['reward'])}" if last.get("reward") is not None else ""

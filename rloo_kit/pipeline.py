@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .distributed import is_main_process
+from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
 from .preflight import PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
@@ -48,6 +49,8 @@ class RunReport:
     paired: dict | None = None
     steps: int = 0
     minutes: float | None = None
+    budget_minutes: float | None = None  # --minutes: trained for this long, the best validation step kept
+    validation: dict | None = None  # {"rows", "curve": [{"step", "minutes", "accuracy"}], "kept_step"}
     trained: bool = False
     adapter: str | None = None
     diagnoses: list[str] = field(default_factory=list)
@@ -62,6 +65,10 @@ class RunReport:
                  if None not in (self.accuracy_before, self.accuracy_after) else "")
         out = [f"held-out accuracy: before {_fmt(self.accuracy_before)} -> after {_fmt(self.accuracy_after)}{delta} · "
                f"{self.steps} steps in {self.minutes or 0:.1f} min"]
+        if self.validation and self.validation["curve"]:
+            curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']})" for p in self.validation["curve"])
+            out.append(f"  validation ({self.validation['rows']} training rows set apart): {curve}; the adapter is "
+                       f"step {self.validation['kept_step']}'s")
         if self.paired:
             out.append(f"  {PairedChange(**self.paired)}")
         if self.sampled_before and self.sampled_before.get("accuracy") is not None:
@@ -71,26 +78,49 @@ class RunReport:
         return out
 
 
+def fitting_prompts(plan: RunPlan, task: Task, tokenizer) -> Task:
+    """The task less its prompts too long for the preset's sequences once the completion is added (TRL would
+    cut them from the left in silence), saying how many went: what every run, and the pre-flight that judges
+    it, trains and samples."""
+    room = plan.preset.max_seq_length - (task.max_completion_length or plan.preset.max_completion_length)
+    task, dropped = task.without_long_prompts(tokenizer, room)
+    if dropped and is_main_process():
+        print(f"{dropped} prompt(s) longer than {room} tokens (preset {plan.preset.name}: {plan.preset.max_seq_length}"
+              f"-token sequences, less the completion) were left out; {len(task.train)} train, {len(task.test)} "
+              "held out.", flush=True)
+    return task
+
+
 class Run:
-    """A run's steps, each a method, in order; the notebook calls them cell by cell, `run()` in one go.
-    `report` gathers what the steps measured."""
+    """A run's steps, each a method, in order; the notebook calls them cell by cell, `run()` in one go, with
+    the same rules: prompts that do not fit are left out (`fitting_prompts`), a reward that scores nothing is
+    refused by the pre-flight, the trainer is built (so settings that cannot work fail) before the first
+    evaluation, and a run the pre-flight says cannot learn is refused unless forced. `report` gathers what the
+    steps measured."""
 
     def __init__(self, plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, seed: int = 0,
                  smoke: bool = False, **overrides):
+        task = fitting_prompts(plan, task, tokenizer)
         self.plan, self.task, self.model, self.tokenizer = plan, task, model, tokenizer
         self.out, self.seed, self.overrides = Path(output_dir), seed, overrides
         self.out.mkdir(parents=True, exist_ok=True)
+        if overrides.get("minutes") is not None:  # validation rows set apart before anything samples the task
+            self.task = task = task.carve_validation(seed)
         self.report = RunReport(model=plan.model, task=task.name, preset=plan.preset.name, device=plan.hardware.device,
-                                smoke=smoke)
+                                smoke=smoke, budget_minutes=overrides.get("minutes"))
         self.preflight_report: PreflightReport | None = None
         self.before: EvalReport | None = None
         self.after: EvalReport | None = None
         self.trainer = None
 
     def preflight(self, n_prompts: int = 32) -> PreflightReport:
-        """Judge the run before training, and fit an open completion length (and brevity) to what it saw."""
+        """Judge the run before training, and fit an open completion length (and brevity) and temperature to
+        what it saw. A reward that scores nothing raises RewardError: a bug to fix, not a run to force."""
         report = preflight(self.model, self.tokenizer, self.task, preset=self.plan.preset, n_prompts=n_prompts,
-                           seed=self.seed)
+                           seed=self.seed, progress=is_main_process())
+        if is_main_process():
+            print(report, flush=True)
+        report.raise_if_unscored()
         self.task, notes = fit_task(self.task, report)
         self.preflight_report, self.report.own_task_defaults = report, notes
         self.report.preflight = _preflight_summary(report)
@@ -101,6 +131,18 @@ class Run:
                                                     "brevity_max_chars": fitted,
                                                     "temperature": self.task.temperature}))
         return report
+
+    def cannot_learn(self, force: bool = False) -> bool:
+        """Whether the pre-flight (if one ran) says the run that would be trained cannot learn, and force does
+        not override it."""
+        return self.preflight_report is not None and not self.preflight_report.ok and not force
+
+    def refuse_if_cannot_learn(self, force: bool = False) -> None:
+        """RunRefused naming the pre-flight's causes when `cannot_learn(force)`: the notebook's stop."""
+        if self.cannot_learn(force):
+            raise RunRefused(f"The pre-flight says the run that would be trained cannot learn "
+                             f"({', '.join(self.preflight_report.kinds())}); its fixes are above. Train anyway with "
+                             "FORCE = True in the notebook, --force on the command line.")
 
     def refit(self) -> None:
         """A resumed run trains the setup its first attempt's pre-flight chose (recorded in fit.json)."""
@@ -141,6 +183,13 @@ class Run:
         self.report.accuracy_before, self.report.before = self.before.accuracy, self.before.summary()
         return self.before
 
+    def before_line(self) -> str:
+        """'held-out accuracy before: 0.42 (50 prompts, greedy, 16 tokens); sampled at temperature 1: 0.20'."""
+        sampled = self.report.sampled_before
+        also = f"; sampled at temperature {sampled['temperature']:g}: {_fmt(sampled['accuracy'])}" if sampled else ""
+        return (f"held-out accuracy before: {_fmt(self.report.accuracy_before)} ({len(self.task.test)} prompts, "
+                f"greedy, {self.task.max_completion_length} tokens){also}")
+
     def temperature(self) -> float:
         """The temperature training samples at: the trainer's, else the task's (fitted) or the preset's."""
         if self.trainer is not None:
@@ -166,6 +215,10 @@ class Run:
         self.report.adapter = str(self.out / ADAPTER_DIR)
         monitor = self.trainer.health_monitor
         self.report.diagnoses = [d.kind for d in monitor.diagnoses] if monitor else []
+        budget = self.trainer.time_budget
+        if budget is not None:
+            self.report.validation = {"rows": len(self.task.validation), "curve": budget.curve,
+                                      "kept_step": budget.best["step"] if budget.best else None}
 
     def evaluate_after(self) -> EvalReport:
         model = self.trainer.model if self.trainer else self.model
@@ -197,28 +250,17 @@ def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, 
     """The whole run in one call, as `rloo-kit train` makes it: the pre-flight (skipped on resume and
     with preflight_prompts=0), accuracy before (reused on resume), training unless the pre-flight says the
     trained setup cannot learn (force=True trains anyway), accuracy after, metrics.json."""
-    room = plan.preset.max_seq_length - (task.max_completion_length or plan.preset.max_completion_length)
-    task, dropped = task.without_long_prompts(tokenizer, room)
-    if dropped:
-        print(f"{dropped} prompt(s) longer than {room} tokens (preset {plan.preset.name}: {plan.preset.max_seq_length}"
-              f"-token sequences, less the completion) were left out; {len(task.train)} train, {len(task.test)} "
-              "held out.", flush=True)
     r = Run(plan, task, model, tokenizer, output_dir=output_dir, seed=seed, **overrides)
-    report = r.preflight(preflight_prompts) if preflight_prompts > 0 and not resume else None
-    if resume:
-        r.refit()
-    if report is not None:
-        print(report, flush=True)
-        report.raise_if_unscored()
+    if preflight_prompts > 0 and not resume:
+        r.preflight(preflight_prompts)
         for note in r.report.own_task_defaults:
             print(f"own-task default: {note}", flush=True)
+    if resume:
+        r.refit()
     r.build_trainer(disable_tqdm=True)  # settings that cannot work fail here, before any generation
-    before = r.evaluate_before(reuse=resume)
-    sampled = r.report.sampled_before
-    print(f"held-out accuracy before: {_fmt(before.accuracy)} ({len(r.task.test)} prompts, greedy, "
-          f"{r.task.max_completion_length} tokens)" + (f"; sampled at temperature {sampled['temperature']:g}: "
-                                                      f"{_fmt(sampled['accuracy'])}" if sampled else ""), flush=True)
-    if report is not None and not report.ok and not force:
+    r.evaluate_before(reuse=resume)
+    print(r.before_line(), flush=True)
+    if r.cannot_learn(force):
         r.skip_training()
         r.write()
         return r.report

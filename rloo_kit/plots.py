@@ -77,3 +77,21 @@ def plot_preflight(report):
     lengths.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_validation(validation: dict | None):
+    """A time-budgeted run's validation curve (RunReport.validation): greedy accuracy on the training rows set
+    apart, by step, with the step whose adapter was kept marked. None (a run of max_steps) draws nothing."""
+    if not validation or not validation.get("curve"):
+        print("no validation curve: the run was given steps, not minutes (MINUTES / --minutes)")
+        return None
+    points = [p for p in validation["curve"] if p["accuracy"] is not None]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([p["step"] for p in points], [p["accuracy"] for p in points], marker="o")
+    if validation.get("kept_step") is not None:
+        ax.axvline(validation["kept_step"], linestyle="--", color="tab:green", label="kept")
+        ax.legend()
+    ax.set(xlabel="step", ylabel="accuracy", ylim=(-0.02, 1.02),
+           title=f"validation ({validation['rows']} training rows set apart)")
+    fig.tight_layout()
+    return fig

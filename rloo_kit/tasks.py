@@ -42,6 +42,7 @@ class Task:
     match: str = "final"
     max_completion_length: int | None = None
     temperature: float | None = None
+    validation: Dataset | None = None  # rows carved from train to choose the best step (`carve_validation`)
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed, e.g. task.replace(max_completion_length=48)."""
@@ -57,6 +58,21 @@ class Task:
         """This task with one more reward function (weights default to 1.0 for the existing ones)."""
         weights = self.reward_weights or (1.0,) * len(self.reward_funcs)
         return self.replace(reward_funcs=(*self.reward_funcs, fn), reward_weights=(*weights, weight))
+
+    def carve_validation(self, seed: int = 0) -> Task:
+        """This task with `budget.validation_rows` of its training rows set apart as `validation` (and no training
+        row left that repeats one): a run bounded by time measures them to keep its best step, and the test split
+        stays for the end. Once only."""
+        from .budget import validation_rows
+
+        if self.validation is not None:
+            return self
+        if len(self.train) < 2 or "answer" not in self.train.column_names:
+            raise DataError(f"Task '{self.name}' cannot set validation rows apart from its {len(self.train)} training "
+                            "rows with answers: a time budget (--minutes) chooses its best step by their accuracy. "
+                            "Give --max-steps instead, or more rows.")
+        train, validation = _split(self.train, validation_rows(len(self.train)), seed, f"{self.name}'s training rows")
+        return self.replace(train=train, validation=validation)
 
     def answer_kind(self) -> str | None:
         """How its answers are told apart, where the data decided it: a label set, or a choice among each

@@ -9,6 +9,7 @@ and turns a CUDA out-of-memory into advice.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 import threading
@@ -22,6 +23,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
+from .budget import BUDGET_STEPS, TimeBudget
+from .budget import STATE_FILE as BUDGET_STATE
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
 from .distributed import barrier, is_main_process, shards_parameters
@@ -46,7 +49,7 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
                   eval_dataset=None, live: bool = True, skip_patches: Collection[str] = (),
-                  **overrides) -> RLOOTrainer:
+                  minutes: float | None = None, **overrides) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
 
     `train_dataset` is a dataset (then pass `reward_funcs`) or a `tasks.Task`, whose train split,
@@ -58,9 +61,18 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     in place of transformers' progress display; live=False leaves transformers' display as it is.
     The kit's changes to TRL, transformers, PEFT and torch go in here (`rloo_kit.patches`), less those named
     in `skip_patches`; `trainer.rloo_kit_patches` names the ones applied.
+    minutes: train for this long rather than for max_steps (which stays a cap when given), at a constant
+    learning rate, keeping the best step by greedy accuracy on validation rows carved from the task's training
+    rows (`budget.TimeBudget`, `trainer.time_budget`); needs a Task with answers.
     """
-    if isinstance(train_dataset, Task):
-        task = train_dataset
+    task = train_dataset if isinstance(train_dataset, Task) else None
+    if minutes is not None:
+        if task is None or config is not None:
+            raise ConfigError("minutes= needs a Task (its validation rows choose the best step) and no config=: "
+                              "pass the task, and RLOOConfig fields as keyword arguments.")
+        task = task.carve_validation(overrides.get("seed", 0))
+        overrides = {"max_steps": BUDGET_STEPS, "lr_scheduler_type": "constant", **overrides}
+    if task is not None:
         train_dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
         if config is None:
             overrides = {**task.trainer_overrides(), **overrides}
@@ -78,15 +90,27 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
         model = attach_lora(model, preset=preset)
     patched = patch_before_trainer(model, config, skip_patches)  # a model loaded outside the kit gets them too
     monitor = HealthMonitor() if monitor is True else monitor or None
+    budget = None if minutes is None else TimeBudget(minutes, _validator(task, tokenizer, config), output_dir=
+                                                       config.output_dir)
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
-                          callbacks=[*([monitor] if monitor else []), *callbacks])
+                          callbacks=[*([monitor] if monitor else []), *([budget] if budget else []), *callbacks])
+    trainer.time_budget = budget
     _use_base_as_reference(trainer.model)
     patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches
     trainer.health_monitor = monitor
     if live:
         attach_live_view(trainer, monitor)
     return trainer
+
+
+def _validator(task: Task, tokenizer, config: RLOOConfig):
+    """Greedy accuracy on the task's validation rows, at the completion length training samples."""
+    def validate(model) -> float | None:
+        return task.evaluate(model, tokenizer, dataset=task.validation,
+                             max_new_tokens=config.max_completion_length).accuracy
+
+    return validate
 
 
 def _use_base_as_reference(model) -> None:
@@ -161,6 +185,10 @@ def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:
     if trainer.args.max_steps <= 0 or trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
         return False
     state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
+    budget = getattr(trainer, "time_budget", None)
+    if budget is not None and (checkpoint / BUDGET_STATE).is_file():  # a run bounded by time: is it spent?
+        if json.loads((checkpoint / BUDGET_STATE).read_text())["spent_seconds"] >= budget.seconds:
+            return True
     return state.global_step >= trainer.args.max_steps
 
 

@@ -144,7 +144,7 @@ def test_help_and_argument_errors_load_no_heavy_library():
 
 BAD_NUMBERS = ("0", "-1", "nan", "1e12", "abc")
 NUMERIC_OPTIONS = {  # command (with what it needs besides): its numeric options
-    ("train", "--task", "arithmetic"): ("--max-steps", "--save-steps", "--batch-size", "--num-generations",
+    ("train", "--task", "arithmetic"): ("--max-steps", "--minutes", "--save-steps", "--batch-size", "--num-generations",
                                         "--max-completion-length", "--beta", "--temperature", "--learning-rate",
                                         "--lora-r", "--lora-alpha", "--n-test", "--preflight-prompts", "--seed",
                                         "--reward-model-weight"),

@@ -1,0 +1,134 @@
+"""A run bounded by minutes, not steps: it trains until its time is spent, measures greedy accuracy on a
+validation split carved from the training rows at step 0 and a few times on the way, keeps the best adapter
+in `best/`, and ends with it as the run's adapter.
+
+Nobody knows how many steps a task needs, and the last step is not always the best one. The held-out test
+split plays no part here: it measures the kept adapter once, at the end, so choosing the step cannot flatter it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from .distributed import is_main_process
+
+log = logging.getLogger("rloo_kit")
+
+BUDGET_STEPS = 10**6  # max_steps of a budgeted run: the clock stops it, so the learning rate is kept constant
+MEASUREMENTS = 6  # validation measurements spread over the budget, besides the one at step 0
+BEST_DIR = "best"  # inside output_dir: the adapter of the best validation step so far
+STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
+MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
+
+
+def validation_rows(n_train: int) -> int:
+    """Rows carved from `n_train` training rows for validation: a fifth, at most MAX_VALIDATION, at least 1."""
+    return max(1, min(MAX_VALIDATION, n_train // 5))
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training once `minutes` of it are spent (validation included; a resumed run counts what its first
+    attempt spent), measuring `validate(model) -> accuracy` at step 0 and every budget/MEASUREMENTS, and at
+    the stop. Each new best adapter is saved to output_dir/best; at the end the model holds the best one again,
+    so that the adapter `train` writes, and the accuracy measured after, are the best step's.
+
+    `curve`: [{"step", "minutes", "accuracy"}], `best`: the best of them (the first, at a tie)."""
+
+    def __init__(self, minutes: float, validate: Callable[[object], float | None], output_dir: str | Path):
+        self.seconds, self.validate, self.out = 60 * minutes, validate, Path(output_dir)
+        self.curve: list[dict] = []
+        self.best: dict | None = None
+        self._spent_before = 0.0
+        self._start = time.time()
+        self._best_weights: dict | None = None
+
+    def spent(self) -> float:
+        """Seconds of the budget spent so far."""
+        return self._spent_before + time.time() - self._start
+
+    def left(self) -> float:
+        return max(0.0, self.seconds - self.spent())
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._start = time.time()
+        self._resume(state.global_step)
+        if not self.curve:
+            self._measure(state.global_step, model)
+        return control
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        last = self.curve[-1]["minutes"] * 60 if self.curve else 0.0
+        if self.spent() >= self.seconds:
+            if self.curve[-1]["step"] != state.global_step:
+                self._measure(state.global_step, model)
+            control.should_training_stop = True
+            if is_main_process():
+                kept = (f"keeping step {self.best['step']} (validation accuracy {self.best['accuracy']:.2f})"
+                        if self.best else "no validation accuracy (no answers): keeping the last step")
+                log.info(f"time budget of {self.seconds / 60:g} min spent at step {state.global_step}; {kept}")
+        elif self.spent() - last >= self.seconds / MEASUREMENTS:
+            self._measure(state.global_step, model)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = self.out / f"checkpoint-{state.global_step}"
+        if is_main_process() and checkpoint.is_dir():
+            (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": self.spent(), "curve": self.curve,
+                                                             "best": self.best}))
+        return control
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if self.best is not None and self.best["step"] != state.global_step and model is not None:
+            self._restore(model)
+        return control
+
+    # ------------------------------------------------------------------------------------------------
+    def _measure(self, step: int, model) -> None:
+        accuracy = self.validate(model)
+        point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
+        self.curve.append(point)
+        better = accuracy is not None and (self.best is None or accuracy > self.best["accuracy"])
+        if better:
+            self.best = point
+            self._keep(model)
+        if is_main_process():
+            log.info(f"validation accuracy at step {step} ({point['minutes']:.1f} min): {_fmt(accuracy)}"
+                     + (" - the best so far, kept in best/" if better else f" (best {_fmt(self.best['accuracy'])} "
+                        f"at step {self.best['step']})" if self.best else ""))
+
+    def _keep(self, model) -> None:
+        from peft import get_peft_model_state_dict
+
+        self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
+        if is_main_process():
+            model.save_pretrained(str(self.out / BEST_DIR))
+            (self.out / BEST_DIR / "best.json").write_text(json.dumps(self.best))
+
+    def _restore(self, model) -> None:
+        from peft import load_peft_weights, set_peft_model_state_dict
+
+        weights = self._best_weights
+        if weights is None and (self.out / BEST_DIR / "adapter_config.json").is_file():
+            weights = load_peft_weights(str(self.out / BEST_DIR))  # a resumed run's best, from disk
+        if weights is not None:
+            set_peft_model_state_dict(model, weights)
+
+    def _resume(self, step: int) -> None:
+        saved = self.out / f"checkpoint-{step}" / STATE_FILE
+        if step and saved.is_file():
+            state = json.loads(saved.read_text())
+            self._spent_before, self.curve, self.best = state["spent_seconds"], state["curve"], state["best"]
+            self._start = time.time()
+            if is_main_process():
+                log.info(f"time budget: {self._spent_before / 60:.1f} of {self.seconds / 60:g} min spent before the "
+                         f"resume; best so far step {self.best['step'] if self.best else '-'}")
+
+
+def _fmt(accuracy: float | None) -> str:
+    return "n/a" if accuracy is None else f"{accuracy:.2f}"

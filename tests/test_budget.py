@@ -1,0 +1,78 @@
+"""A run bounded by time: it stops on its clock, measures validation rows carved from the training rows (never the
+test split), keeps the best step's adapter as the run's, and a resumed run continues its budget and its curve."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import rloo_kit
+from rloo_kit import budget as budget_module
+from rloo_kit.budget import BUDGET_STEPS, STATE_FILE, TimeBudget, validation_rows
+from rloo_kit.cli import main
+
+
+def test_validation_rows_are_carved_from_training_rows_never_the_test_split():
+    task = rloo_kit.load_task("arithmetic", n_train=60, n_test=8)
+    carved = task.carve_validation(seed=0)
+    assert len(carved.validation) == validation_rows(60) == 12 and len(carved.train) <= 48
+    train, validation, test = ({str(p) for p in split["prompt"]} for split in (carved.train, carved.validation,
+                                                                            carved.test))
+    assert not train & validation and validation <= {str(p) for p in task.train["prompt"]} and not validation & test
+    assert carved.carve_validation(seed=1) is carved  # once only
+    assert validation_rows(3) == 1 and validation_rows(10_000) == 32
+
+
+@pytest.mark.heavy
+def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(tiny_model_dir, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr(budget_module, "MEASUREMENTS", 20)  # many measurements in a few seconds
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    task = rloo_kit.load_task("arithmetic", n_train=40, n_test=4)
+    trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path), minutes=0.08,
+                                     per_device_train_batch_size=4, num_generations=2, max_completion_length=8,
+                                     save_strategy="no", live=False, learning_rate=5e-3)
+    assert trainer.args.max_steps == BUDGET_STEPS and trainer.args.lr_scheduler_type == "constant"
+    scripted = iter([0.2, 0.25, 0.6] + [0.4] * 1000)  # the third measurement is the best
+    seen = []
+    trainer.time_budget.validate = lambda m: (seen.append(m.training), next(scripted))[1]
+    rloo_kit.train(trainer)
+    curve, best = trainer.time_budget.curve, trainer.time_budget.best
+    assert curve[0]["step"] == 0 and len(curve) >= 4 and best == curve[2]
+    assert 0 < best["step"] < trainer.state.global_step
+    assert curve[-1]["step"] == trainer.state.global_step and curve[-1]["minutes"] >= 0.08  # measured at the stop
+    kept = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    best_saved = load_file(tmp_path / "best" / "adapter_model.safetensors")
+    assert kept.keys() == best_saved.keys() and all(torch.equal(kept[k], best_saved[k]) for k in kept)
+    assert any(v.abs().sum() > 0 for k, v in kept.items() if "lora_B" in k)  # a trained step, not step 0
+    assert json.loads((tmp_path / "best" / "best.json").read_text()) == best
+
+
+def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    curve = [{"step": 0, "minutes": 0.0, "accuracy": 0.1}, {"step": 4, "minutes": 2.0, "accuracy": 0.3}]
+    (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": 150.0, "curve": curve, "best": curve[1]}))
+    calls = []
+    budget = TimeBudget(5, lambda model: calls.append(model) or 0.0, tmp_path)
+
+    class State:
+        global_step = 4
+
+    budget.on_train_begin(None, State(), None, model=None)
+    assert calls == [] and budget.curve == curve and budget.best == curve[1]  # not measured again
+    assert 150.0 <= budget.spent() < 160 and 140 < budget.left() <= 150
+
+
+@pytest.mark.heavy
+def test_the_command_trains_for_minutes_and_reports_the_validation_curve(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--model", str(tiny_model_dir), "--preset", "cpu", "--output-dir", str(out), "--minutes",
+                 "0.05", "--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8", "--n-test",
+                 "4", "--preflight-prompts", "0"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["budget_minutes"] == 0.05 and m["steps"] >= 1 and m["config"]["max_steps"] == BUDGET_STEPS
+    validation = m["validation"]
+    assert validation["rows"] == 32 and validation["curve"][0]["step"] == 0 and validation["kept_step"] is not None
+    assert (out / "best" / "adapter_config.json").is_file() and (out / "adapter" / "adapter_config.json").is_file()
