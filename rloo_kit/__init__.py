@@ -43,7 +43,7 @@ _EXPORTS = {  # name -> the module that defines it
     "hardware": ("Hardware", "detect_hardware"),
     "memory": ("ModelShape", "estimate_memory"),
     "models": ("attach_lora", "load_adapter", "load_model", "merge_and_save", "save_adapter"),
-    "pipeline": ("Run", "RunReport"),
+    "pipeline": ("Run", "RunReport", "run"),
     "preflight": ("PreflightReport", "preflight"),
     "presets": ("Preset", "RewardModelPreset", "get_preset", "list_presets", "make_config", "pick_preset"),
     "reward_models": ("GoldMonitor", "load_reward_model", "train_reward_model"),

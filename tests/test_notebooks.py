@@ -84,6 +84,7 @@ def test_01_train(trained, default_model_dir):
     out, m = trained
     assert m["steps"] == 2 and m["model"] == "smollm2-135m" and m["preset"] == "cpu" and m["task"] == "arithmetic"
     assert m["max_completion_length"] == 16 and m["before"]["accuracy"] == m["accuracy_before"]
+    assert m["sampled_before"]["temperature"] == m["config"]["temperature"] == m["sampled_after"]["temperature"]
     model, tok = rloo_kit.load_model(default_model_dir, preset="cpu")
     task = rloo_kit.load_task("arithmetic", n_test=8, seed=0)
     assert task.evaluate(model, tok).accuracy == m["accuracy_before"]  # greedy: the same base, the same answers
@@ -114,6 +115,7 @@ def test_03_evaluation(trained, tmp_path):
     _, m01 = trained
     m = run("03_evaluation", tmp_path, ADAPTER_DIR=m01["adapter"])
     assert m["samples"] == 2 and m["adapter"] == m01["adapter"] and not m["trained_here"]
+    assert m["temperature"] == m01["config"]["temperature"]  # sampled as the adapter was trained
     assert m["greedy"]["base"]["accuracy"] == m01["accuracy_before"]
     assert m["greedy"]["adapter"]["accuracy"] == m01["accuracy_after"]
     for side in ("base", "adapter"):
