@@ -25,6 +25,7 @@ MEASUREMENTS = 6  # validation measurements spread over the budget, besides the 
 BEST_DIR = "best"  # inside output_dir: the adapter of the best validation step so far
 STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
+VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
 
 
 def validation_rows(n_train: int) -> int:
@@ -47,6 +48,7 @@ class TimeBudget(TrainerCallback):
         self._spent_before = 0.0
         self._start = time.time()
         self._best_weights: dict | None = None
+        self._unlogged: float | None = None  # a measurement the next log has not carried yet
 
     def spent(self) -> float:
         """Seconds of the budget spent so far."""
@@ -76,6 +78,13 @@ class TimeBudget(TrainerCallback):
             self._measure(state.global_step, model)
         return control
 
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """The latest measurement rides on the next training log as `validation/accuracy` (step 0's on step 1's),
+        so that the health monitor and the live view, which read the logs, see it."""
+        if logs is not None and "reward" in logs and self._unlogged is not None:
+            logs[VALIDATION_KEY], self._unlogged = self._unlogged, None
+        return control
+
     def on_save(self, args, state, control, **kwargs):
         checkpoint = self.out / f"checkpoint-{state.global_step}"
         if is_main_process() and checkpoint.is_dir():
@@ -93,6 +102,7 @@ class TimeBudget(TrainerCallback):
         accuracy = self.validate(model)
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
         self.curve.append(point)
+        self._unlogged = accuracy
         better = accuracy is not None and (self.best is None or accuracy > self.best["accuracy"])
         if better:
             self.best = point

@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 log = logging.getLogger("rloo_kit")
 
-KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation", "reward_hacking")
+KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation", "reward_hacking", "memorisation")
 
 
 @dataclass
@@ -59,6 +59,12 @@ class Thresholds:
     gold_patience: int = 2
     gold_stall: int = 3
     kl_hack_growth: float = 3.0
+    # memorisation (needs `validation/accuracy`, logged by a run given minutes: budget.TimeBudget): the training
+    # reward's mean over the window risen by memo_reward_rise above its first window's, while memo_points
+    # validation measurements after the first are none of them more than memo_validation_gain above it
+    memo_reward_rise: float = 0.2
+    memo_validation_gain: float = 0.05
+    memo_points: int = 3
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,24 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     hacking = _reward_hacking(history, t)
     if hacking:
         found["reward_hacking"] = hacking
+    memorising = _memorisation(history, t)
+    if memorising:
+        found["memorisation"] = memorising
     return found
+
+
+def _memorisation(history: list[dict], t: Thresholds) -> dict | None:
+    """The training reward climbing while greedy accuracy on validation rows (training rows set apart) stays
+    where it started: the policy is learning its training prompts, not the rule that answers them."""
+    validation = _series(history, "validation/accuracy")
+    rewards = _series(history, "reward")
+    if len(validation) < t.memo_points + 1 or len(rewards) < 2 * t.window:
+        return None
+    early, now = statistics.fmean(rewards[:t.window]), statistics.fmean(rewards[-t.window:])
+    if now - early < t.memo_reward_rise or max(validation[1:]) > validation[0] + t.memo_validation_gain:
+        return None
+    return {"reward_early": round(early, 3), "reward_now": round(now, 3), "validation_start": validation[0],
+            "validation_best_since": max(validation[1:]), "measurements": len(validation)}
 
 
 def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
@@ -229,6 +252,14 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "reward is at its maximum, the task is solved: stop.")
     if kind == "reward_hacking":
         return _hacking_advice(ev, args, beta)
+    if kind == "memorisation":
+        return (f"The training reward rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy accuracy on "
+                f"training rows set apart stayed at {ev['validation_start']:g} (at best {ev['validation_best_since']:g}"
+                f" over {ev['measurements'] - 1} measurements since): the policy is learning its training prompts, "
+                "not the rule that answers them.",
+                f"keep the best validation step's adapter (a run given --minutes does, and stops here); give more "
+                f"and more varied training rows; halve learning_rate {lr:g} -> {lr / 2:g} or raise beta so that the "
+                "policy stays nearer the base model.")
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
             "no final answer to score.",
             f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or add "

@@ -47,6 +47,8 @@ def step_line(view, state) -> str:
              f"reward {fmt(logs.get('reward'))}" + (f" [{per_fn}]" if per_fn else "")]
     if logs.get("kl") is not None:
         parts.append(f"kl {fmt(logs['kl'], 4)}")
+    if logs.get("validation/accuracy") is not None:
+        parts.append(f"validation {fmt(logs['validation/accuracy'], 2)}")
     if logs.get("gold/mean") is not None:
         parts.append(f"gold {fmt(logs['gold/mean'])} (proxy {fmt(logs.get('proxy/mean'))})")
     parts += [f"entropy {fmt(logs.get('entropy'))}", f"length {fmt(logs.get('completions/mean_length'), 1)}",

@@ -89,12 +89,14 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patched = patch_before_trainer(model, config, skip_patches)  # a model loaded outside the kit gets them too
-    monitor = HealthMonitor() if monitor is True else monitor or None
     budget = None if minutes is None else TimeBudget(minutes, _validator(task, tokenizer, config), output_dir=
                                                        config.output_dir)
+    # a budgeted run that memorises its training prompts stops: the rest of its minutes would not help
+    monitor = HealthMonitor(stop_on=("memorisation",) if budget else ()) if monitor is True else monitor or None
+    # the budget adds its measurement to a step's log before the monitor reads it
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
-                          callbacks=[*([monitor] if monitor else []), *([budget] if budget else []), *callbacks])
+                          callbacks=[*([budget] if budget else []), *([monitor] if monitor else []), *callbacks])
     trainer.time_budget = budget
     _use_base_as_reference(trainer.model)
     patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches

@@ -35,6 +35,8 @@ CASES = {
     # a held-back gold score every 3 steps: up to step 12, then down while the (proxy) reward keeps rising
     "reward_hacking": history(start=3, **{"gold/mean": lambda i: None if i % 3 else
                                           0.5 + 0.03 * i if i <= 12 else 0.86 - 0.05 * (i - 12)}),
+    # validation measured every 5 steps (the first on step 1) stays at 0.4 while the training reward climbs
+    "memorisation": history(start=1, **{"validation/accuracy": lambda i: 0.42 if i % 5 == 1 else None}),
 }
 
 
@@ -183,3 +185,11 @@ def test_with_beta_zero_the_spread_equals_trls_every_step(tiny_model_dir, tmp_pa
     assert len(logs) == 6
     assert [h[SPREAD_KEY] for h in logs] == pytest.approx([h["frac_reward_zero_std"] for h in logs])
     assert len({h["frac_reward_zero_std"] for h in logs}) > 1  # the shares vary, so the equality says something
+
+
+def test_validation_that_rises_with_the_reward_is_learning_not_memorisation():
+    learning = history(start=1, **{"validation/accuracy": lambda i: 0.4 + 0.01 * i if i % 5 == 1 else None})
+    assert "memorisation" not in kinds(learning)
+    flat_reward = history(start=1, reward=lambda i: 0.3, **{"validation/accuracy": lambda i: 0.4 if i % 5 == 1
+                                                             else None})
+    assert "memorisation" not in kinds(flat_reward)
