@@ -120,6 +120,12 @@ class Setup:
         return not any(p.blocking for p in self.problems)
 
     @property
+    def wrong_fraction(self) -> float:
+        """Share of prompts whose K answers were all judged wrong: flat because wrong, which colder sampling can
+        cure where the model's greedy answer is right (and a reward that never pays a right answer cannot)."""
+        return float(np.mean([p.pass_rate == 0.0 for p in self.prompts])) if self.pass_rate is not None else 0.0
+
+    @property
     def solved_fraction(self) -> float:
         """Share of prompts whose K answers were all judged right: flat too, but because the model knows them."""
         return float(np.mean([p.pass_rate == 1.0 for p in self.prompts])) if self.pass_rate is not None else 0.0
@@ -344,9 +350,9 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     once most prompts have spread) and, for a task whose temperature is open, the setup with the most
     prompts with spread is the one trained. The judged rewards and length are the setup's own."""
     base = report.trained
-    known = base.pass_rate is not None and base.solved_fraction < base.flat_fraction / 2
-    if not known or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5:
-        return  # spread enough, a task without answers, flat because solved, or flat because cut
+    wrong = base.pass_rate is not None and base.wrong_fraction >= base.flat_fraction / 2
+    if not wrong or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5:
+        return  # spread enough, a task without answers, flat because solved, cut, or unpaid by its reward
     greedy = sample.greedy(base.max_completion_length)
     right = judge.correct([seq for (seq,) in greedy], samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
@@ -573,7 +579,8 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
     in the figures the pre-flight measured there when it probed one. None when the greedy answers are no
     better (or were not measured)."""
     greedy = report.greedy_pass_rate
-    if greedy is None or setup.pass_rate is None or greedy < setup.pass_rate + SAMPLING_GAP:
+    if (greedy is None or setup.pass_rate is None or greedy < setup.pass_rate + SAMPLING_GAP
+            or setup.wrong_fraction < setup.flat_fraction / 2):
         return None
     t = setup.temperature
     colder = [c for c in report.colder if c.temperature < t and c.flat_fraction < setup.flat_fraction]

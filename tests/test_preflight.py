@@ -117,7 +117,8 @@ def test_prompts_flat_because_always_right_are_solved_not_collapse():
     assert report(flat_fraction=0.9, pass_rate=0.03, prompts=wrong).kinds() == ["reward_collapse"]
 
 
-NOISY = dict(flat_fraction=0.94, zero_spread_fraction=0.9, pass_rate=0.02)  # FACTS, fourth round: at temperature 1
+WRONG = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.0, 0.0) for i in range(15)] + [PromptStats(15, "q15", 0.3, 0.4, 0.25, 0)]
+NOISY = dict(flat_fraction=0.94, zero_spread_fraction=0.9, pass_rate=0.02, prompts=WRONG)  # FACTS, fourth round
 COLD = dict(temperature=0.3, flat_fraction=0.16, zero_spread_fraction=0.1, pass_rate=0.31)  # ... and at 0.3
 
 
@@ -131,6 +132,14 @@ def test_samples_wrong_where_greedy_answers_are_right_are_noise_and_the_fix_is_c
     unprobed = report(greedy_pass_rate=0.53, temperature=0.7, **dict(NOISY, flat_fraction=0.78))
     assert unprobed.kinds() == ["sampling_noise"] and unprobed.ok  # 78%: a warning
     assert "lower temperature 0.7 -> 0.35" in unprobed.problems[0].fix
+
+
+def test_a_reward_that_never_pays_right_answers_is_collapse_not_noise():
+    """All-or-nothing reward: every group flat at 0 although a third of the samples are right by the task's
+    matching and the greedy answers more so. Colder sampling would not make that reward pay."""
+    mixed = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.25 + 0.25 * (i % 3), 0.0) for i in range(16)]
+    r = report(greedy_pass_rate=0.7, flat_fraction=1.0, zero_spread_fraction=1.0, pass_rate=0.5, prompts=mixed)
+    assert r.kinds() == ["reward_collapse"]
 
 
 def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
