@@ -15,6 +15,7 @@ Greedy answers wrong too: the task is beyond the model (reward collapse), and no
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import random
@@ -356,8 +357,7 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     greedy = sample.greedy(base.max_completion_length)
     right = judge.correct([seq for (seq,) in greedy], samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
-    for p, ok in zip(base.prompts, right, strict=True):
-        object.__setattr__(p, "greedy_right", bool(ok))
+    base.prompts = [dataclasses.replace(p, greedy_right=bool(ok)) for p, ok in zip(base.prompts, right, strict=True)]
     if report.greedy_pass_rate < base.pass_rate + SAMPLING_GAP:
         return  # wrong greedily as well: no temperature makes the model know the answers
     funcs, weights = judge.judged[id(base)]
