@@ -54,7 +54,7 @@ def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool) -> dict:
            "--max-steps", str(max_steps), "--seed", str(seed), "--force", "--overwrite",
            *(["--temperature", "1"] if arm == "t1" else [])]
     start = time.time()
-    if not (reuse and (out / "metrics.json").is_file()):
+    if not reuse:
         shutil.rmtree(out, ignore_errors=True)
         done = subprocess.run(cmd, capture_output=True, text=True)
         print(f"== {name} {arm} seed {seed} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
@@ -79,6 +79,7 @@ def _right(path: Path) -> list[bool] | None:
 
 
 def gain(r: dict) -> float | None:
+    """Held-out accuracy after minus before; None for a run not measured."""
     return None if r["after"] is None or r["before"] is None else r["after"] - r["before"]
 
 
@@ -88,14 +89,20 @@ def row(name: str, runs: list[dict]) -> str:
     first = fitted[0]
     greedy = first["greedy_pass_rate"]
     gains_f = [gain(r) for r in fitted if gain(r) is not None]
-    gains_1 = [gain(r) for r in t1 if gain(r) is not None] or gains_f  # one setup when the fit kept 1.0
+    gains_1 = ([gain(r) for r in t1 if gain(r) is not None] if t1 else gains_f)  # one setup when the fit kept 1.0
     diffs = [(f["after"] - o["after"]) for f in fitted for o in (t1 or fitted) if f["seed"] == o["seed"]
              and f["after"] is not None and o["after"] is not None]
+    if first["verdict"] is None:
+        return f"| {name} | {CASES[name][0]} | not measured | - | - | - | 0 | - | - | - | - |"
     return (f"| {name} | {CASES[name][0]} | {first['verdict']} [{', '.join(first['problems'] or [])}] | "
             f"{first['temperature']:g} | {'-' if greedy is None else f'{greedy:.2f}'} | "
             f"{first['preflight_seconds']} | {len(fitted)} | "
             f"{_mean(gains_1)} | {_mean(gains_f)} | {_mean(diffs)} | "
-            f"{first['sampled_before']} -> {first['sampled_after']} |")
+            f"{_acc(first['sampled_before'])} -> {_acc(first['sampled_after'])} |")
+
+
+def _acc(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _mean(values: list[float]) -> str:
@@ -110,21 +117,23 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--max-steps", type=int, default=30)
-    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-sampling")
+    ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-sampling, train none "
+                    "(a run not there is reported as not measured)")
     args = ap.parse_args()
     runs = []
     for name in args.tasks:
         for seed in args.seeds:
             fitted = run(name, "fitted", seed, args.max_steps, args.reuse)
             runs.append(fitted)
-            if fitted["temperature"] not in (None, 1.0):  # the fit changed the setup: train 1.0 beside it
+            if fitted["temperature"] != 1.0:  # the fit changed the setup (or is unknown): train 1.0 beside it
                 runs.append(run(name, "t1", seed, args.max_steps, args.reuse))
     table = ["| task | kind | verdict at the defaults | fitted temperature | greedy right (pre-flight) | pre-flight s "
              "| seeds | gain at temperature 1 | gain at the defaults | after: defaults - temperature 1 | sampled "
              "accuracy before -> after (defaults, seed 0) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     table += [row(name, [r for r in runs if r["task"] == name]) for name in args.tasks]
     result = {**stamp(), "runs": runs}
-    write("sampling-fit", result, table, load_note(result))
+    write("sampling-fit", result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
 
 
 if __name__ == "__main__":
