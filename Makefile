@@ -80,6 +80,7 @@ bench: setup
 	$(PY) benchmarks/backends.py
 	$(PY) benchmarks/preflight.py
 	$(PY) benchmarks/preflight_verdicts.py
+	$(PY) benchmarks/sampling_fit.py
 	$(PY) benchmarks/cpu_speed.py --steps 30
 	$(PY) benchmarks/roofline.py --steps 4
 	$(PY) benchmarks/roofline.py --steps 4 --path legacy
