@@ -182,7 +182,7 @@ class LiveView(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         elapsed = _hms(time.time() - self._start_time)
         if self.stopped_at is not None:
-            summary = (f"Stopped at step {self.steps(state)} after {elapsed}; "
+            summary = (f"Stopped at step {self.steps(state, ' of ')} after {elapsed}; "
                        f"train() saves the adapter to {args.output_dir}/adapter.")
         else:
             summary = f"Done: {state.global_step} steps in {elapsed}."
@@ -199,11 +199,11 @@ class LiveView(TrainerCallback):
         new, self._shown_diagnoses = found[self._shown_diagnoses:], len(found)
         return new
 
-    def steps(self, state) -> str:
-        """'12/40', or for a run bounded by time '12 (10-min budget)'."""
+    def steps(self, state, of: str = "/") -> str:
+        """'12/40' (`of` between the two), or for a run bounded by time '12 (10-min budget)'."""
         budget = getattr(self.trainer, "time_budget", None)
         return (f"{state.global_step} ({budget.seconds / 60:g}-min budget)" if budget is not None
-                else f"{state.global_step}/{state.max_steps}")
+                else f"{state.global_step}{of}{state.max_steps}")
 
     def progress(self, state) -> tuple[int, int]:
         """(done, total) for a progress bar: steps, or a budget's seconds."""

@@ -128,7 +128,7 @@ def _with_class(widget, css_class: str):
 
 def progress_html(view, state, final: str | None = None) -> str:
     elapsed, eta = view.times(state)
-    head = f"<b>step {view.steps(state)}</b> · {elapsed} elapsed"
+    head = f"<b>step {view.steps(state, ' / ')}</b> · {elapsed} elapsed"
     tail = f" · {html.escape(final)}" if final else f" · ETA {eta}"
     last = view.history[-1] if view.history else {}
     reward = f" · reward {fmt(last['reward'])}" if last.get("reward") is not None else ""
