@@ -59,6 +59,7 @@ BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a mod
 SAMPLING_GAP = 0.15  # greedy answers right on this much more of the prompts than samples: the samples are noise
 COLDER = (0.5, 0.3)  # the temperatures probed, in turn, when they are (FACTS: 0.3 turned 94% flat into 16%)
 ALIKE_SHARE = 0.5  # flat prompts whose K answers are one answer above this share: too cold, not too noisy
+PROBE_GAIN = 0.1  # a colder draw with this much less of its prompts flat shows that the flat ones were noise
 
 _log = logging.getLogger("rloo_kit")
 
@@ -583,7 +584,10 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
             or setup.wrong_fraction < setup.flat_fraction / 2):
         return None
     t = setup.temperature
-    colder = [c for c in report.colder if c.temperature < t and c.flat_fraction < setup.flat_fraction]
+    colder = [c for c in report.colder if c.temperature < t and c.flat_fraction <= setup.flat_fraction - PROBE_GAIN]
+    warmer = report.held_against if any(c is setup for c in report.colder) else None
+    if report.colder and not colder and (warmer is None or setup.flat_fraction > warmer.flat_fraction - PROBE_GAIN):
+        return None  # colder draws were measured and left the prompts as flat: the reward, not the noise
     best = min(colder, key=lambda c: c.flat_fraction, default=None)
     lower = (f"lower temperature {t:g} -> {best.temperature:g} (measured there: {best.flat_fraction:.0%} of prompts "
              f"without spread, {best.pass_rate:.0%} of samples right)" if best else

@@ -142,6 +142,13 @@ def test_a_reward_that_never_pays_right_answers_is_collapse_not_noise():
     assert r.kinds() == ["reward_collapse"]
 
 
+def test_greedy_right_but_colder_draws_as_flat_is_collapse_not_noise():
+    """An all-or-nothing reward the model's answers never meet: the greedy answers are right by the task's matching,
+    but a colder draw leaves the prompts as flat as before, so the cause is the reward, not the sampling."""
+    r = report(greedy_pass_rate=0.38, colder=(dict(COLD, flat_fraction=0.97, prompts=WRONG),), **NOISY)
+    assert r.kinds() == ["reward_collapse"]
+
+
 def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
     hopeless = report(greedy_pass_rate=0.03, **NOISY)
     assert hopeless.kinds() == ["reward_collapse"] and "greedy answers right on 3%" in hopeless.problems[0].message
@@ -266,8 +273,9 @@ def test_on_the_tiny_model_noisy_samples_are_probed_colder_and_an_open_temperatu
     data = Dataset.from_dict({"prompt": prompts, "answer": [g[0] for g in greedy]})
     task = Task("file", data, data, (exact_answer,), match="exact", max_completion_length=4)
     r = rloo_kit.preflight(model, tok, task, preset="cpu", num_generations=2, n_prompts=8, progress=False)
-    assert r.greedy_pass_rate == 1.0 and r.asked.pass_rate < 1 - 0.15 and "sampling_noise" in [
-        p.kind for p in r.asked.problems]
+    assert r.greedy_pass_rate == 1.0 and r.asked.pass_rate < 1 - 0.15
+    cured = any(c.flat_fraction <= r.asked.flat_fraction - 0.1 for c in r.colder)  # noise, where colder helped
+    assert ("sampling_noise" in [p.kind for p in r.asked.problems]) == (cured and r.asked.flat_fraction >= 0.6)
     probed = [c.temperature for c in r.colder]
     assert probed in ([0.5], [0.5, 0.3]) and (probed == [0.5]) == (r.colder[0].flat_fraction < 0.6)
     best = min([r.asked, *r.colder], key=lambda s: s.flat_fraction)
