@@ -330,40 +330,42 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
                    "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
     longer = min(suggestion, limit)
     add_brevity = asked.truncation_rate >= TRUNCATION_SHARE and "brevity" not in {_name(f) for f in funcs}
+    proposed_rewards = (funcs, weights)  # the rewards the proposed setup is judged by
     if asked.truncation_rate > FIT_CUT_SHARE and longer > length or add_brevity:
         report.proposed, report.applies = judge(max(longer, length), funcs, weights), open_length
         report.adjustments = ([f"completion length {length} -> {longer}"] if longer > length else [])
         if add_brevity:
             report.brevity_max_chars = _brevity_chars(dataset)
-            report.proposed = judge(report.proposed.max_completion_length,
-                                    [*funcs, *guard([brevity(max_chars=report.brevity_max_chars)])],
-                                    [*weights, BREVITY_WEIGHT])
+            proposed_rewards = ([*funcs, *guard([brevity(max_chars=report.brevity_max_chars)])],
+                                [*weights, BREVITY_WEIGHT])
+            report.proposed = judge(report.proposed.max_completion_length, *proposed_rewards)
             report.adjustments.append(f"+ brevity reward (weight {BREVITY_WEIGHT:g})")
-    _fit_sampling(report, sample, judge, open_sampling)
+    _fit_sampling(report, sample, judge, open_sampling, proposed_rewards if report.applies else (funcs, weights))
     for setup in filter(None, (asked, report.proposed, *report.colder)):
         setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
     return report
 
 
-def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open_sampling: bool) -> None:
+def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open_sampling: bool,
+                  rewards: tuple[list, list[float]]) -> None:
     """Where most prompts of the setup to train are flat and wrong, the greedy answers to the same prompts
     tell noisy samples from a task the model cannot do. Noisy: each of COLDER is drawn in turn (stopping
     once most prompts have spread) and, for a task whose temperature is open, the setup with the most
-    prompts with spread is the one trained. The judged rewards and length are the setup's own."""
+    prompts with spread is the one trained. `rewards`: the functions and weights the setup to train is judged
+    by, which judge the colder draws too, at its length."""
     base = report.trained
     wrong = base.pass_rate is not None and base.wrong_fraction >= base.flat_fraction / 2
     if not wrong or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5:
         return  # spread enough, a task without answers, flat because solved, cut, or unpaid by its reward
     greedy = sample.greedy(base.max_completion_length)
-    right = judge.correct([seq for (seq,) in greedy], samples=1)
+    right = judge.correct(judge.decode(seq for (seq,) in greedy), samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
     base.prompts = [dataclasses.replace(p, greedy_right=bool(ok)) for p, ok in zip(base.prompts, right, strict=True)]
     if report.greedy_pass_rate < base.pass_rate + SAMPLING_GAP:
         return  # wrong greedily as well: no temperature makes the model know the answers
-    funcs, weights = judge.judged[id(base)]
     for t in (t for t in COLDER if t < base.temperature):
-        colder = judge.again(sample.at(t, base.max_completion_length), t)(base.max_completion_length, funcs, weights)
+        colder = judge.again(sample.at(t, base.max_completion_length), t)(base.max_completion_length, *rewards)
         report.colder.append(colder)
         if colder.flat_fraction < WEAK_SHARE:
             break
@@ -434,7 +436,6 @@ class _Judge:
         self.columns = {c: [v for v in picked[c] for _ in range(self.k)] for c in picked.column_names if c != "prompt"}
         self.totals: dict[int, np.ndarray] = {}
         self._texts: dict[int, list[str]] = {}
-        self.judged: dict[int, tuple[list, list[float]]] = {}  # id(Setup) -> the rewards and weights it was judged by
 
     def again(self, ids: list, temperature: float) -> _Judge:
         """A judge of another draw of the same prompts, drawn at `temperature`."""
@@ -442,12 +443,14 @@ class _Judge:
         other.ids, other.temperature, other.totals, other._texts = ids, temperature, {}, {}
         return other
 
-    def correct(self, seqs: list[list[int]], samples: int) -> list[bool] | None:
+    def decode(self, seqs) -> list[str]:
+        return [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in seqs]
+
+    def correct(self, texts: list[str], samples: int) -> list[bool] | None:
         """Whether each completion (`samples` a prompt, in prompt order) is right; None without answers."""
         answers, labels = self.picked["answer"] if "answer" in self.picked.column_names else None, self._labels()
         if answers is None:
             return None
-        texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in seqs]
         return [is_correct(t, answers[i // samples], self.match, labels=labels[i // samples] if labels else None)
                 for i, t in enumerate(texts)]
 
@@ -456,8 +459,7 @@ class _Judge:
 
     def texts(self, length: int) -> list[str]:
         if length not in self._texts:
-            self._texts[length] = [self.tokenizer.decode(seq[:length], skip_special_tokens=True)
-                                   for group in self.ids for seq in group]
+            self._texts[length] = self.decode(seq[:length] for group in self.ids for seq in group)
         return self._texts[length]
 
     def __call__(self, length: int, funcs: list, weights: list[float]) -> Setup:
@@ -469,7 +471,7 @@ class _Judge:
         flat_prompts = [p for p in self.prompts for _ in range(k)]
         scores, causes = _score(funcs, flat_prompts, completions, seen, self.columns)
         totals = self.totals[length] = _totals(scores, weights)
-        correct = self.correct(seen, k)
+        correct = self.correct(texts, k)
         labels = self._labels()
         answers = [_answer_key(t, labels[i // k] if labels else None) for i, t in enumerate(texts)]
         per_prompt = []
@@ -490,7 +492,6 @@ class _Judge:
                                  dict(c)) for f, s, c in zip(funcs, scores, causes, strict=True)],
             cut_without_spread=float(np.mean([p.truncated >= 1.0 for p in flat])) if flat else 0.0,
             alike_fraction=float(np.mean(alike)) if alike else 0.0, temperature=self.temperature)
-        self.judged[id(setup)] = (funcs, weights)
         return setup
 
 
