@@ -189,15 +189,12 @@ def cmd_preflight(args) -> int:
     if args.preflight_prompts == 0:
         raise ConfigError("--preflight-prompts 0 leaves the pre-flight nothing to sample: give at least 1 "
                           "(default 32).")
-    from .pipeline import fitting_prompts
-    from .preflight import preflight
+    from .pipeline import fitting_prompts, judge_run
 
     plan, task = _prepare(args)
     model, tok = _load(args, plan, task)
     task = fitting_prompts(plan, task, tok)  # the prompts `train` would sample, no others
-    report = preflight(model, tok, task, preset=plan.preset, n_prompts=args.preflight_prompts, seed=args.seed or 0)
-    print(report, flush=True)
-    report.raise_if_unscored()
+    report = judge_run(plan, task, model, tok, n_prompts=args.preflight_prompts, seed=args.seed or 0)
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
     return 0 if report.ok else 1
@@ -369,7 +366,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .choices import BACKENDS, TASKS
-    from .presets import PRESETS, RewardModelPreset
+    from .presets import KIT_DEFAULTS, PRESETS, RewardModelPreset
     from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
     p = _Parser(prog="rloo-kit", description=__doc__)
@@ -447,14 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "with underscores, or any RLOOConfig field); options given here win")
         sp.set_defaults(recipe_parser=sp)
 
-    epilog = _Help
     pf = sub.add_parser("preflight", help="before training: can this run learn? (exit 1 when it cannot)",
-                        epilog=FILE_HELP, formatter_class=epilog)
+                        epilog=FILE_HELP)
     run_args(pf)
     pf.add_argument("--json", help="also write the report as JSON here")
     pf.set_defaults(fn=cmd_preflight)
     tr = sub.add_parser("train", help="pre-flight, accuracy before, RLOO with LoRA, accuracy after",
-                        epilog=FILE_HELP, formatter_class=epilog)
+                        epilog=FILE_HELP)
     run_args(tr)
     tr.add_argument("--output-dir", default="runs/train", help="where the adapter, checkpoints, metrics.json, the "
                     "pre-flight's report and the recipe go")
@@ -465,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "at step 0 and along the way, each best adapter kept in OUTPUT_DIR/best, and the run ends with the "
                     "best as its adapter; the held-out test split is measured once, at the end")
     tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
-                    "(default: 25)")
+                    f"(default: {KIT_DEFAULTS['save_steps']})")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "
                     "num_generations across processes: processes x batch must be a multiple of num_generations)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")

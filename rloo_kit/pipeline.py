@@ -91,6 +91,18 @@ def fitting_prompts(plan: RunPlan, task: Task, tokenizer) -> Task:
     return task
 
 
+def judge_run(plan: RunPlan, task: Task, model, tokenizer, *, n_prompts: int = 32, seed: int = 0) -> PreflightReport:
+    """The pre-flight of a run, printed by one process; a reward that scores nothing raises RewardError there (a
+    bug to fix, not a run to force). `task` is the one the run trains (`fitting_prompts` applied): what
+    `Run.preflight` and `rloo-kit preflight` both judge."""
+    report = preflight(model, tokenizer, task, preset=plan.preset, n_prompts=n_prompts, seed=seed,
+                       progress=is_main_process())
+    if is_main_process():
+        print(report, flush=True)
+    report.raise_if_unscored()
+    return report
+
+
 class Run:
     """A run's steps, each a method, in order; the notebook calls them cell by cell, `run()` in one go, with
     the same rules: prompts that do not fit are left out (`fitting_prompts`), a reward that scores nothing is
@@ -116,11 +128,7 @@ class Run:
     def preflight(self, n_prompts: int = 32) -> PreflightReport:
         """Judge the run before training, and fit an open completion length (and brevity) and temperature to
         what it saw. A reward that scores nothing raises RewardError: a bug to fix, not a run to force."""
-        report = preflight(self.model, self.tokenizer, self.task, preset=self.plan.preset, n_prompts=n_prompts,
-                           seed=self.seed, progress=is_main_process())
-        if is_main_process():
-            print(report, flush=True)
-        report.raise_if_unscored()
+        report = judge_run(self.plan, self.task, self.model, self.tokenizer, n_prompts=n_prompts, seed=self.seed)
         self.task, notes = fit_task(self.task, report)
         self.preflight_report, self.report.own_task_defaults = report, notes
         self.report.preflight = _preflight_summary(report)
