@@ -40,7 +40,7 @@ demo: setup
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
-# llama.cpp, to prove GGUF exports in a real runtime (rloo_kit/llama_cpp.py): the npm package node-llama-cpp and its
+# llama.cpp, to prove GGUF exports in a real runtime (rloo_kit/export/llama_cpp.py): the npm package node-llama-cpp and its
 # prebuilt Linux x64 llama.cpp, pinned, into a project-local folder. --ignore-scripts: nothing is downloaded or
 # compiled beyond the two packages.
 LLAMA_CPP_DIR ?= .llama-cpp

@@ -9,10 +9,10 @@ Same model, task, preset (cpu), seed and step count; then held-out greedy accura
           over the vocabulary through autograd in fp32, TRL's separate no-grad policy pass
   fast    the default: bf16 base weights where the CPU has native bf16 (hardware.cpu_compute; fp32 LoRA
           weights and Adam states), the chunked log-prob function, the scoring forward reused by the loss,
-          grouped attention (rloo_kit.attention), and rloo_kit.cpu_step: bf16 LoRA compute; while
+          grouped attention (rloo_kit.patches.attention), and rloo_kit.patches.cpu_step: bf16 LoRA compute; while
           sampling, packed base weights, a lean LoRA forward, each distinct prompt read once and a
           cheaper categorical draw. Both paths give the LM head a contiguous input
-          (rloo_kit.compat), so the baseline is if anything a little faster than 0.1's
+          (rloo_kit.patches.compat), so the baseline is if anything a little faster than 0.1's
 
 --learning-seeds repeats the training of both paths with other seeds, one run per core at a time on
 one thread each (their timings are not used; more at once would hold several models in memory for

@@ -16,7 +16,7 @@ from common import RESULTS, stamp, write
 from transformers import TrainerCallback
 
 import rloo_kit
-from rloo_kit import plots
+from rloo_kit.notebook import plots
 
 
 class EvalAt(TrainerCallback):

@@ -43,7 +43,7 @@ def main() -> None:
              f"identical rewards step by step: {same_rewards}"]
     notes = (f"{args.rounds} rounds x {args.steps} steps each, alternating; the first step of each run is left out "
              f"(warm-up). {args.gens} generations, {args.batch} completions per step, completions forced to "
-             f"{args.mcl} tokens. The TRL side needs rloo_kit.compat's CPU patch to run at all on CPU.")
+             f"{args.mcl} tokens. The TRL side needs rloo_kit.patches.compat's CPU patch to run at all on CPU.")
     if not torch.cuda.is_available():
         from rloo_kit.hardware import cpu_compute
 

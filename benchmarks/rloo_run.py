@@ -22,8 +22,8 @@ import torch
 from transformers import TrainerCallback
 
 import rloo_kit
-from rloo_kit.compat import patch_trl_for_cpu
 from rloo_kit.memory import ModelShape, estimate_memory
+from rloo_kit.patches.compat import patch_trl_for_cpu
 from rloo_kit.presets import LORA_ALL_LINEAR, get_preset
 from rloo_kit.sources import ALIASES, fetch_model
 from rloo_kit.tasks import load_task
@@ -99,7 +99,7 @@ def build_by_hand(a, path, task, clock):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import RLOOConfig, RLOOTrainer
 
-    patch_trl_for_cpu()  # without it TRL 1.15 cannot take a step on CPU (see rloo_kit/compat.py)
+    patch_trl_for_cpu()  # without it TRL 1.15 cannot take a step on CPU (see rloo_kit/patches/compat.py)
     tok = AutoTokenizer.from_pretrained(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32

@@ -10,7 +10,7 @@ it: this VM's speed drifts between minutes, so a peak taken once at the start ca
     .venv/bin/python benchmarks/roofline.py [--steps 4] [--path fast|legacy] [--model smollm2-135m]
 
 Phases: generation prefill and decode (the first forward of a generation is the prefill: on the
-fast path each distinct prompt once, all but its last token, rloo_kit.cpu_step.shared_prompts),
+fast path each distinct prompt once, all but its last token, rloo_kit.patches.cpu_step.shared_prompts),
 reference log-probs (adapter off), the "old" policy pass (legacy path only: the fast path's scoring
 forward is the loss's forward), policy forward (with gradients), backward, optimizer, rewards, and
 the rest of the step. FLOPs are counted as run. Writes benchmarks/results/roofline[-legacy].{json,md}.
@@ -101,7 +101,7 @@ def matmul_seconds(model, shapes: dict, lora_r: int, packed: bool, legacy: bool 
     `legacy`: as 0.1's fp32 path, PEFT's LoRA while sampling and the LM head's logits kept for backward."""
     import torch.nn.functional as F
 
-    from rloo_kit.cpu_step import PACKED_ROWS
+    from rloo_kit.patches.cpu_step import PACKED_ROWS
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     head = base.get_output_embeddings()
@@ -197,7 +197,7 @@ def instrument(trainer, clock: PhaseClock, base_model, peak_dtype: torch.dtype, 
     step, outside its timers, the reference matmul peak is measured again for `peak_seconds` (0: not)."""
     from transformers import TrainerCallback
 
-    from rloo_kit.compat import _adapters_on
+    from rloo_kit.patches.compat import _adapters_on
 
     shapes = {}
     generating = {"on": False, "calls": 0, "t": 0.0}
@@ -307,8 +307,8 @@ def main() -> None:
     from legacy import SKIP, use_legacy_log_probs
 
     import rloo_kit
-    from rloo_kit.cpu_step import packing_available
     from rloo_kit.hardware import cpu_compute
+    from rloo_kit.patches.cpu_step import packing_available
     from rloo_kit.tasks import load_task
 
     peak = peaks(a.peak_seconds)

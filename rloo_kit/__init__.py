@@ -1,8 +1,10 @@
 """rloo-kit: RLOO fine-tuning of small language models with LoRA, notebook first.
 
 The flow, one module each: hardware -> presets (sized by memory) -> models (+LoRA, from sources) ->
-tasks (data + rewards + evaluation) -> preflight -> pipeline (training, diagnostics, live view) -> plots
--> export; reward_models makes rewards from preferences.
+tasks (data + rewards + evaluation) -> preflight_check -> pipeline (training, budget, diagnostics) ->
+export; reward_models makes rewards from preferences. Three folders hold what is not the flow itself:
+`patches/` every change the kit makes to another library, `notebook/` the live view and plots, `export/`
+the merged model, GGUF and llama.cpp.
 
 `import rloo_kit` loads none of torch, transformers or TRL, and changes no library: each name below is
 imported from its module on first use (PEP 562), and the kit's patches apply when a trainer is built.
@@ -12,7 +14,6 @@ So `rloo-kit --help` answers at once, and a library the kit patches stays as it 
 import importlib as _importlib
 import logging as _logging
 import sys as _sys
-import types as _types
 
 from .errors import (
     ConfigError,
@@ -39,12 +40,12 @@ _EXPORTS = {  # name -> the module that defines it
     "data": ("arithmetic_task", "load_gsm8k", "load_local"),
     "diagnostics": ("Diagnosis", "HealthMonitor", "Thresholds"),
     "evaluation": ("compare", "evaluate", "evaluate_base_and_adapter", "paired_change", "pass_at_k"),
-    "export": ("export_gguf", "export_merged", "push_to_hub", "verify_gguf"),
+    "export.convert": ("export_gguf", "export_merged", "push_to_hub", "verify_gguf"),
     "hardware": ("Hardware", "detect_hardware"),
     "memory": ("ModelShape", "estimate_memory"),
     "models": ("attach_lora", "load_adapter", "load_model", "merge_and_save", "save_adapter"),
     "pipeline": ("Run", "RunReport", "run"),
-    "preflight": ("PreflightReport", "preflight"),
+    "preflight_check": ("PreflightReport", "preflight"),
     "presets": ("Preset", "RewardModelPreset", "get_preset", "list_presets", "make_config", "pick_preset"),
     "reward_models": ("GoldMonitor", "load_reward_model", "train_reward_model"),
     "sources": ("DEFAULT_MODEL", "fetch_model"),
@@ -69,15 +70,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-class _Package(_types.ModuleType):
-    """`rloo_kit.preflight` stays the function when its module, of the same name, is imported: the import
-    system sets a package's attribute to each submodule it loads, which would hide the function."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if isinstance(value, _types.ModuleType) and _MODULE_OF.get(name) == name:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

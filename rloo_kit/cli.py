@@ -326,7 +326,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export_gguf, export_merged, verify_gguf
+    from .export.convert import export_gguf, export_merged, verify_gguf
 
     if args.verify and args.format != "gguf":
         raise RlooKitError("--verify checks a GGUF file in llama.cpp: use it with --format gguf.")

@@ -234,7 +234,7 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
         t = t or Thresholds()
         reward, entropy = ev.get("reward"), ev.get("entropy")
         cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
-                 "or answers that never match; rloo_kit.preflight shows completions and their scores)."
+                 "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
                  if reward is not None and abs(reward) < 1e-9 else "")
         if entropy is not None and entropy >= t.noisy_entropy:
             sampling = (f"the samples are noisy (entropy {entropy:.2f} a token): if the greedy answers are better "

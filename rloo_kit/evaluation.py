@@ -145,7 +145,7 @@ def lean_generation(model) -> Iterator[None]:
     if model.device.type != "cpu" or not allowed("cpu_generation"):
         yield
         return
-    from .cpu_step import categorical_sampling, shared_prompts
+    from .patches.cpu_step import categorical_sampling, shared_prompts
 
     with torch.inference_mode(), categorical_sampling(), shared_prompts(model):
         yield

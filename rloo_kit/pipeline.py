@@ -16,7 +16,7 @@ from pathlib import Path
 from .distributed import is_main_process
 from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
-from .preflight import PreflightReport, fit_task, preflight, refit
+from .preflight_check import PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
 from .training import ADAPTER_DIR, build_trainer, train
 

@@ -318,7 +318,7 @@ def load_reward_model(path: str | Path, *, device: str = "auto", batch_size: int
         what = "does not exist" if not folder.exists() else "holds no reward model (reward_model.json and safetensors)"
         raise RewardError(f"Reward model '{path}' {what}. Train one with `rloo-kit train-rm --path PREFS.jsonl "
                           f"--output-dir {path}` (rloo_kit.train_reward_model). A hub reward model goes in "
-                          "reward_funcs as its id instead (rloo_kit.rewards.load_reward_model).")
+                          "reward_funcs as its id instead (rloo_kit.rewards.hub_reward_model).")
     meta = json.loads((folder / METADATA).read_text())
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     try:

@@ -29,8 +29,8 @@ from .data import validate_dataset
 from .diagnostics import HealthMonitor
 from .distributed import barrier, is_main_process, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
-from .live import attach_live_view
 from .models import attach_lora, require_adapter
+from .notebook.live import attach_live_view
 from .patches import patch_before_trainer, patch_trainer
 from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
 from .rewards import RewardFunc, guard, required_columns

@@ -107,7 +107,7 @@ def plain_trainer(model, tokenizer, output_dir, overrides: dict, reward, targets
     from peft import LoraConfig
     from trl import RLOOConfig, RLOOTrainer
 
-    from rloo_kit import compat
+    from rloo_kit.patches import compat
 
     compat.patch_trl_for_cpu()
     train = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Add {i} and {i + 1}."}] for i in range(8)]})

@@ -28,7 +28,7 @@ def test_roofline_replays_each_phases_matmuls(tiny_model_dir, dtype, monkeypatch
     from transformers import AutoModelForCausalLM
 
     import rloo_kit
-    from rloo_kit.cpu_step import packing_available
+    from rloo_kit.patches.cpu_step import packing_available
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from roofline import matmul_seconds

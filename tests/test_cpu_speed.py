@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rloo_kit import compat
 from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, cpu_compute
+from rloo_kit.patches import compat
 
 from .conftest import REPO
 from .helpers import plain_trainer

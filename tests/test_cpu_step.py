@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import torch
 
-from rloo_kit import attention, compat, cpu_step
+from rloo_kit.patches import attention, compat, cpu_step
 
 from .helpers import length_reward, plain_trainer
 

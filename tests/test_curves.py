@@ -1,4 +1,4 @@
-"""The training curves are defined once (rloo_kit.curves): plots.plot_training after a run and the live
+"""The training curves are defined once (rloo_kit.notebook.curves): plots.plot_training after a run and the live
 view's PNG while it runs draw the same panels from the same log keys."""
 
 import matplotlib
@@ -7,9 +7,9 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402
 
-from rloo_kit import curves, plots  # noqa: E402
 from rloo_kit.diagnostics import Diagnosis  # noqa: E402
-from rloo_kit.live_display import curves_png  # noqa: E402
+from rloo_kit.notebook import curves, plots  # noqa: E402
+from rloo_kit.notebook.live_display import curves_png  # noqa: E402
 
 
 def history(steps=4, gold=False):

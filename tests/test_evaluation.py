@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import rloo_kit
-from rloo_kit import cpu_step
 from rloo_kit.evaluation import (
     EvalReport,
     compare,
@@ -12,6 +11,7 @@ from rloo_kit.evaluation import (
     pass_at_k,
     sample_table,
 )
+from rloo_kit.patches import cpu_step
 from rloo_kit.rewards import correct_answer
 
 

@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from rloo_kit import ExportError, ModelSourceError, export_gguf, export_merged, llama_cpp
+from rloo_kit import ExportError, ModelSourceError, export_gguf, export_merged
 from rloo_kit.cli import main
 from rloo_kit.evaluation import generate_ids
-from rloo_kit.export import check_architecture, check_quant, load_merged, modelfile_text, push_to_hub, write_gguf
+from rloo_kit.export import llama_cpp
+from rloo_kit.export.convert import (
+    check_architecture,
+    check_quant,
+    load_merged,
+    modelfile_text,
+    push_to_hub,
+    write_gguf,
+)
 from rloo_kit.models import save_adapter
 from rloo_kit.sources import repair_tokenizer, resolve_source
 from rloo_kit.testing import build_tiny_bpe_model
@@ -193,7 +201,7 @@ def test_unsupported_architecture_named(tiny, tmp_path, monkeypatch):
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "architectures": ["GPT2LMHeadModel"],
                                                    "model_type": "gpt2"}))
-    monkeypatch.setattr("rloo_kit.export.load_merged", _no_loading)
+    monkeypatch.setattr("rloo_kit.export.convert.load_merged", _no_loading)
     with pytest.raises(ExportError, match="this model is GPT2LMHeadModel"):
         export_gguf(adapter, tmp_path / "x.gguf", model=str(other))
 
@@ -203,7 +211,7 @@ def _no_loading(*a, **k):
 
 
 def test_bad_input_refused_before_loading(tiny, tmp_path, monkeypatch):
-    monkeypatch.setattr("rloo_kit.export.load_merged", _no_loading)
+    monkeypatch.setattr("rloo_kit.export.convert.load_merged", _no_loading)
     base, adapter = tiny["qwen2"]
     with pytest.raises(ModelSourceError, match="adapter_config.json missing"):
         export_gguf(tmp_path, tmp_path / "x.gguf")

@@ -9,7 +9,7 @@ from transformers import TrainerCallback
 import rloo_kit
 from rloo_kit import build_trainer, train
 from rloo_kit.diagnostics import HealthMonitor, Thresholds
-from rloo_kit.live import REPLACED_CALLBACKS, LiveView, attach_live_view, choose_mode
+from rloo_kit.notebook.live import REPLACED_CALLBACKS, LiveView, attach_live_view, choose_mode
 
 from .helpers import length_reward
 
@@ -144,7 +144,7 @@ def test_mode_rule(monkeypatch):
 
 def test_mode_rule_in_a_kernel(monkeypatch):
     """A kernel started by a Jupyter server renders widgets; the same kernel under papermill does not."""
-    import rloo_kit.live as live
+    import rloo_kit.notebook.live as live
 
     monkeypatch.delenv("RLOO_KIT_LIVE", raising=False)
 
@@ -171,7 +171,7 @@ def test_off_attaches_nothing(tiny_model_dir, tmp_path, cpu_tiny_overrides, monk
 def test_compare_browser_steps_and_filters():
     """03_evaluation's widget: base vs adapter side by side, Next/Previous, and the filters."""
     from rloo_kit.evaluation import EvalReport
-    from rloo_kit.widgets import compare_browser
+    from rloo_kit.notebook.widgets import compare_browser
 
     def report(correct):
         rows = [{"prompt": f"Add {i} and 1.", "completion": f"{i + 1}" if ok else "hmm", "tokens": 2,

@@ -9,7 +9,7 @@ import io
 import pytest
 import torch
 
-from rloo_kit.norms import LLAMA_RMS_NORMS, use_fused_rms_norm
+from rloo_kit.patches.norms import LLAMA_RMS_NORMS, use_fused_rms_norm
 
 
 def _norm_class(name: str):

@@ -67,7 +67,7 @@ for m in pkgutil.walk_packages(rloo_kit.__path__, "rloo_kit."):
 at_import = changes(before)
 trl.trainer.utils._ChunkedLogProbFunction = kernel
 before = dict(entries())
-rloo_kit.compat.patch_trl_for_cpu()
+rloo_kit.patches.compat.patch_trl_for_cpu()
 print(json.dumps({"at_import": at_import, "patched": changes(before)}))
 """
 

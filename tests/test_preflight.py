@@ -9,7 +9,16 @@ import pytest
 from datasets import Dataset
 
 import rloo_kit
-from rloo_kit.preflight import PreflightReport, PromptStats, RewardStats, Setup, _suggest, _totals, diagnose, fit_task
+from rloo_kit.preflight_check import (
+    PreflightReport,
+    PromptStats,
+    RewardStats,
+    Setup,
+    _suggest,
+    _totals,
+    diagnose,
+    fit_task,
+)
 from rloo_kit.rewards import correct_answer, exact_answer
 
 from .helpers import length_reward
@@ -217,7 +226,7 @@ def test_a_probe_still_cut_is_widened_by_continuing_its_own_samples(tiny_model_d
     the cut samples rather than drawing new ones, so the 32 tokens already sampled are kept and paid once."""
     from rloo_kit import evaluation
 
-    module = importlib.import_module("rloo_kit.preflight")  # the package's `preflight` is the function
+    module = importlib.import_module("rloo_kit.preflight_check")  # the package's `preflight` is the function
 
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     data = rloo_kit.arithmetic_task(n_train=24, n_test=4)["train"]

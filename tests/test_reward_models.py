@@ -242,8 +242,8 @@ def test_no_reward_hacking_when_gold_keeps_up_or_the_proxy_falls_too(gold, proxy
 
 @pytest.mark.heavy
 def test_gold_monitor_logs_gold_beside_the_proxy_on_a_real_run(tiny_model_dir, tmp_path, cpu_tiny_overrides, capsys):
-    from rloo_kit import curves
-    from rloo_kit.plots import plot_training
+    from rloo_kit.notebook import curves
+    from rloo_kit.notebook.plots import plot_training
 
     from .helpers import arithmetic_rows, length_reward
 

@@ -1,27 +1,39 @@
 """The package's shape: no module imports one that imports it back, and each says what its one job is."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rloo_kit"
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
 def imports(path: Path) -> set[str]:
-    """The rloo_kit modules a file imports, at top level or inside a function."""
+    """The rloo_kit modules a file imports, at top level or inside a function, relative imports resolved."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rloo_kit."):
-            found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1]) if node.level else ""
+            module = ".".join(filter(None, (base, node.module)))
+            found |= {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in MODULES} or {module}
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("rloo_kit.")}
-    return found
+            found |= {a.name for a in node.names}
+    return {m for m in found if m in MODULES}
 
 
 def test_no_import_circle():
-    modules = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    graph = {m: imports(p) & set(modules) - {m} for m, p in modules.items()}
+    """A package imports its own modules (its __init__ re-exports them): that is not a circle; anything else
+    that comes back to where it started is."""
+    graph = {m: {i for i in imports(p) if i != m and not m.startswith(i + ".")} for m, p in MODULES.items()}
 
     def reachable(start: str) -> set[str]:
         seen, todo = set(), [start]
@@ -36,9 +48,27 @@ def test_no_import_circle():
 
 
 def test_every_module_opens_with_its_job():
-    for path in PACKAGE.glob("*.py"):
+    for name, path in MODULES.items():
         doc = ast.get_docstring(ast.parse(path.read_text()))
-        assert doc and len(doc.split()) >= 5, f"{path.name} has no opening docstring naming its job"
+        assert doc and len(doc.split()) >= 5, f"{name} has no opening docstring naming its job"
+
+
+def test_the_module_map_is_the_tree():
+    """docs/python.md's module map names every module of the package, and nothing that is not there."""
+    documented = set(re.findall(r"^\| `([\w./]+)` \|", (PACKAGE.parent / "docs/python.md").read_text(), re.M))
+    tree = {m.removeprefix("rloo_kit.").replace(".", "/") for m in MODULES if m != "rloo_kit"}
+    packages = {m.removeprefix("rloo_kit.") for m, p in MODULES.items() if p.name == "__init__.py" and m != "rloo_kit"}
+    undocumented = sorted(tree - packages - documented)
+    assert not undocumented and documented <= tree, (f"documented, not in the tree: {sorted(documented - tree)}; "
+                                                     f"in the tree, not documented: {undocumented}")
+
+
+def test_one_name_one_meaning():
+    """No public name of the package is also the name of one of its modules (`rloo_kit.preflight` is the function)."""
+    import rloo_kit
+
+    clashes = sorted(set(rloo_kit.__all__) & {m.removeprefix("rloo_kit.") for m in MODULES})
+    assert not clashes, f"names that are both a function and a module: {clashes}"
 
 
 def test_one_source_for_each_constant():

@@ -22,7 +22,7 @@ PATCHES: tuple[Patch, ...] = (
           "matmul path copies the head's weight per row otherwise)",
           targets=("transformers.PreTrainedModel.get_output_embeddings",), tested=TRANSFORMERS | TORCH,
           tests=(CPU_STEP + "test_lm_head_gets_a_contiguous_input_once_hooked",),
-          apply="rloo_kit.compat:contiguous_lm_head_input", phase="model", devices=None),
+          apply="rloo_kit.patches.compat:contiguous_lm_head_input", phase="model", devices=None),
     Patch("grouped_attention", "grouped-query attention in two matmuls for bf16 on a CPU, in place of SDPA "
           "(registered with transformers' attention registry, long sequences handed back to SDPA)",
           targets=("transformers.AttentionInterface.register", "transformers.masking_utils.AttentionMaskInterface",
@@ -31,14 +31,14 @@ PATCHES: tuple[Patch, ...] = (
           tested=TRANSFORMERS | TORCH,
           tests=(CPU_STEP + "test_grouped_attention_is_as_precise_as_sdpa",
                  CPU_STEP + "test_grouped_attention_trains_like_sdpa"),
-          apply="rloo_kit.attention:use_cpu_attention", phase="model", dtype=torch.bfloat16,
+          apply="rloo_kit.patches.attention:use_cpu_attention", phase="model", dtype=torch.bfloat16,
           when="models on SDPA"),
     Patch("fused_rms_norm", "each Llama-style RMSNorm's forward (an instance attribute) runs torch's fused "
           "kernel for bf16 on a CPU",
           targets=("transformers.models.llama.modeling_llama.LlamaRMSNorm.forward", "torch.nn.functional.rms_norm"),
           tested=TRANSFORMERS | TORCH,
           tests=("tests/test_norms.py::test_fused_norm_computes_what_transformers_does",),
-          apply="rloo_kit.norms:use_fused_rms_norm", phase="model", dtype=torch.bfloat16),
+          apply="rloo_kit.patches.norms:use_fused_rms_norm", phase="model", dtype=torch.bfloat16),
     Patch("plain_cpu_device", "a CPU process under `accelerate launch` names its device `cpu`, not `cpu:<rank>` "
           "(written into TrainingArguments' cached `_setup_devices`)",
           targets=("transformers.TrainingArguments._setup_devices",), tested=TRANSFORMERS,
@@ -50,13 +50,13 @@ PATCHES: tuple[Patch, ...] = (
           targets=("trl.trainer.utils._ChunkedLogProbFunction",), tested=TRL | TORCH,
           tests=(CPU_SPEED + "test_fp32_values_and_gradients_match_plain_pytorch",
                  CPU_SPEED + "test_bf16_path_projects_in_bf16_and_reduces_in_fp32"),
-          apply="rloo_kit.compat:patch_trl_for_cpu", phase="process", devices=("cpu", "mps"), required=True),
+          apply="rloo_kit.patches.compat:patch_trl_for_cpu", phase="process", devices=("cpu", "mps"), required=True),
     Patch("reuse_scoring_forward", "TRL's no-grad scoring pass keeps its graph and the loss reuses it (one policy "
           "forward fewer a step; the trainer's method rebound)",
           targets=(f"{RLOO}._get_per_token_logps_and_entropies",), tested=TRL | PEFT,
           tests=(CPU_SPEED + "test_reused_forward_trains_exactly_like_trl",
                  CPU_SPEED + "test_reuse_is_refused_where_it_would_change_training"),
-          apply="rloo_kit.compat:reuse_policy_forward",
+          apply="rloo_kit.patches.compat:reuse_policy_forward",
           when="num_iterations=1, one micro-batch a generation, no gradient checkpointing, no vLLM"),
     Patch("cpu_sampler", "sampling with packed bf16 base weights (private mkldnn ops), a lean LoRA forward, "
           "each distinct prompt read once and torch.multinomial swapped for a CDF draw while it runs",
@@ -68,7 +68,7 @@ PATCHES: tuple[Patch, ...] = (
                  CPU_STEP + "test_packed_weights_compute_what_the_plain_weights_do",
                  CPU_STEP + "test_lean_lora_computes_what_peft_does",
                  CPU_STEP + "test_repeated_prompts_are_read_once_and_generate_the_same"),
-          apply="rloo_kit.cpu_step:lean_sampler", dtype=torch.bfloat16, when="LoRA, transformers generation"),
+          apply="rloo_kit.patches.cpu_step:lean_sampler", dtype=torch.bfloat16, when="LoRA, transformers generation"),
     Patch("cpu_bf16_step", "the training step under bf16 autocast: PEFT's input casts off, LoRA's product in one "
           "addmm, the reference pass flipping PEFT's `_disable_adapters` (training_step rebound)",
           targets=(f"{RLOO}.training_step", LORA_FORWARD, LORA_CASTS,
@@ -78,7 +78,7 @@ PATCHES: tuple[Patch, ...] = (
           tests=(CPU_STEP + "test_lean_lora_training_computes_and_trains_what_peft_does",
                  CPU_STEP + "test_reference_switch_computes_the_base_model_and_restores_the_adapters",
                  CPU_STEP + "test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone"),
-          apply="rloo_kit.cpu_step:bf16_step", dtype=torch.bfloat16, when="LoRA, transformers generation"),
+          apply="rloo_kit.patches.cpu_step:bf16_step", dtype=torch.bfloat16, when="LoRA, transformers generation"),
     Patch("task_reward_spread", "TRL's `_calculate_rewards` wrapped to log frac_task_reward_zero_std into its "
           "`_metrics` (reward collapse before the KL penalty hides it)",
           targets=(f"{RLOO}._calculate_rewards", f"{RLOO}()._metrics", "trl.trainer.utils.nanstd"),

@@ -25,10 +25,10 @@ writes `output_dir/adapter`, exactly as the monitor's `stop_on` does.
 
 A click reaches a kernel that is busy running the training cell only if the kernel can dispatch it
 off the main thread: ipykernel 7 can (each Stop button's messages are routed to a kernel subshell
-of the view's own: rloo_kit.kernel_clicks, the one adapter to ipykernel's internals). On older kernels
+of the view's own: rloo_kit.patches.kernel_clicks, the one adapter to ipykernel's internals). On older kernels
 the button says so, and interrupting the kernel still keeps the adapter (in `output_dir/interrupted`).
 
-This module keeps the run's state (the callback); rloo_kit.live_display draws it; rloo_kit.curves
+This module keeps the run's state (the callback); rloo_kit.notebook.live_display draws it; rloo_kit.notebook.curves
 defines the curves, the same panels `plots.plot_training` draws after the run.
 """
 
@@ -127,7 +127,7 @@ def _text(message) -> str:
 
 class LiveView(TrainerCallback):
     """A TrainerCallback that keeps a run's state as it goes and has `renderer` show it (`TextLines` or
-    `WidgetPanel`, rloo_kit.live_display); `stop()` ends the run cleanly after the current step.
+    `WidgetPanel`, rloo_kit.notebook.live_display); `stop()` ends the run cleanly after the current step.
 
     After a run: `history` (the logged steps), `updates` (how many times the view was redrawn),
     `stopped_at` (the step a stop took effect, or None). `display=False` builds the widget without showing it.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from .evaluation import EvalReport, disabled_adapter, generate, sample_table
+from ..evaluation import EvalReport, disabled_adapter, generate, sample_table
 from .live import choose_mode
 
 _CELL = "border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left"

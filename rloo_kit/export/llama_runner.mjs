@@ -1,5 +1,5 @@
 // Runs a GGUF file in llama.cpp (through the npm package node-llama-cpp, prebuilt, never built or downloaded
-// at run time) and answers in JSON. rloo_kit/llama_cpp.py starts it; see there for why this runtime.
+// at run time) and answers in JSON. rloo_kit/export/llama_cpp.py starts it; see there for why this runtime.
 //
 // stdin:  {"model": "x.gguf", "threads": 2, "context": 1024,
 //          "requests": [{"op": "greedy", "text": "..."|"tokens": [..], "max_tokens": 32},

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
+from ..diagnostics import Diagnosis
+from ..evaluation import EvalReport
 from . import curves
-from .diagnostics import Diagnosis
-from .evaluation import EvalReport
 
 
 def plot_training(runs: Mapping[str, Sequence[dict]] | Sequence[dict],

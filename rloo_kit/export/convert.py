@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import ExportError, ModelSourceError
-from .models import adapter_base_model, require_adapter
-from .sources import PRE_TOKENIZERS, resolve_source
+from ..errors import ExportError, ModelSourceError
+from ..models import adapter_base_model, require_adapter
+from ..sources import PRE_TOKENIZERS, resolve_source
 
 log = logging.getLogger("rloo_kit")
 
@@ -462,9 +462,9 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
                 path: str | None = None, n_test: int | None = None, max_new_tokens: int | None = None) -> GGUFCheck:
     """The held-out evaluation of the task the adapter was trained on (from the metrics.json `rloo-kit train`
     wrote beside it, unless `task` is given), greedy, in llama.cpp from the GGUF and in PyTorch."""
+    from ..rewards import is_correct
+    from ..tasks import load_task
     from . import llama_cpp
-    from .rewards import is_correct
-    from .tasks import load_task
 
     metrics = _train_metrics(adapter)
     task_name = task or metrics.get("task") or "arithmetic"

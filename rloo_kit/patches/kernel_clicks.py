@@ -27,7 +27,7 @@ def deliver_clicks_while_busy(widget) -> bool:
     try:
         from ipykernel.kernelbase import Kernel
 
-        from .patches import allowed
+        from . import allowed
 
         if not Kernel.initialized() or not allowed("ipykernel_subshell"):
             return False

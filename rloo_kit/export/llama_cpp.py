@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import ExportError
+from ..errors import ExportError
 
 NODE_LLAMA_CPP_VERSION = "3.22.1"  # the Makefile's pin; both packages at this version
 RUNNER = Path(__file__).with_name("llama_runner.mjs")
@@ -28,7 +28,7 @@ INSTALL_HINT = ("`make llama-cpp` in a clone of rloo-kit, or `npm install --pref
 
 def runtime_dir() -> Path:
     """Where node-llama-cpp is installed: $RLOO_KIT_LLAMA_CPP, else `.llama-cpp/` in the clone."""
-    default = Path(__file__).resolve().parent.parent / ".llama-cpp"
+    default = Path(__file__).resolve().parents[2] / ".llama-cpp"
     return Path(os.environ.get("RLOO_KIT_LLAMA_CPP", default)).expanduser()
 
 

@@ -38,8 +38,8 @@ from .rewards import (
     brevity,
     describe,
     guard,
+    hub_reward_model,
     is_correct,
-    load_reward_model,
     predicted_answer,
     required_columns,
     unusable,
@@ -302,7 +302,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     k, length = config.num_generations, config.max_completion_length
     limit = max(length, preset.max_seq_length // 2)  # the longest completion length a proposal may reach
     probe = max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
-    funcs = [load_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
+    funcs = [hub_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
              for f in guard(reward_funcs or [], patience=10**9)]
     validate_dataset(dataset, set().union(*map(required_columns, funcs)), name="dataset")
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)

@@ -1,6 +1,6 @@
 """How the live view shows a run: one line per step on stdout (`TextLines`), or an ipywidgets panel with
 progress, a Stop button, banners, curves and the latest completions (`WidgetPanel`). Both draw from the
-`LiveView` callback's state (rloo_kit.live; `view` below: its `history`, `monitor`, `diagnoses`,
+`LiveView` callback's state (rloo_kit.notebook.live; `view` below: its `history`, `monitor`, `diagnoses`,
 `stopped_at`, `times(state)` and `latest_groups()`) and keep none of their own, as transformers'
 `NotebookTrainingTracker` draws for its `NotebookProgressCallback`."""
 
@@ -10,8 +10,8 @@ import html
 import io
 from collections.abc import Callable, Sequence
 
+from ..patches.kernel_clicks import deliver_clicks_while_busy
 from . import curves
-from .kernel_clicks import deliver_clicks_while_busy
 
 _CELL = "style='border:1px solid #ccc;padding:2px 6px;vertical-align:top;text-align:left'"
 

@@ -1,0 +1,165 @@
+"""How a reply is matched against its gold answer: the one rule that rewards, the pre-flight and evaluation share.
+
+A number is matched on the reply's final answer (an explicit "answer: ..." or "#### ..." first, else the last
+number), numerically; a word or phrase on the reply's last sentence, case and punctuation aside; a
+classification label on the one label the reply names. `is_correct` is the rule; the rest are its parts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+NUMBER = r"-?\$?-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?"
+
+_ANSWER_PATTERNS = (  # most explicit first; the last number in the text is the fallback
+    re.compile(rf"####\s*({NUMBER})"),
+    re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}"),
+    re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S),
+    re.compile(rf"answer is\s*:?\s*({NUMBER})", re.I),
+    re.compile(rf"answer\s*:\s*({NUMBER})", re.I),
+)
+
+def completion_text(completion) -> str:
+    """The text of one completion, whether a string or a list of chat messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return "".join(str(m.get("content", "")) for m in completion)
+
+def parse_number(text: str | None) -> float | None:
+    """'1,234' / '$18.00' / '45%' / '-3' / '−3' -> float; None when it is not a number."""
+    if text is None:
+        return None
+    cleaned = text.strip().replace("−", "-").replace(",", "").replace("$", "").replace("%", "").rstrip(".")
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+def extract_answer(text: str) -> str | None:
+    """The final answer of a completion: '#### N', '\\boxed{N}', '<answer>N</answer>', 'the answer
+    is N', 'answer: N', else the last number in the text."""
+    marked = marked_answer(text)
+    if marked is not None:
+        return marked
+    numbers = re.findall(NUMBER, text)
+    return numbers[-1] if numbers else None
+
+def marked_answer(text: str) -> str | None:
+    """The answer a completion marks as its answer (the patterns of `extract_answer`), else None."""
+    for pattern in _ANSWER_PATTERNS:
+        matches = pattern.findall(text)
+        if matches:
+            inner = re.findall(NUMBER, matches[-1])
+            return inner[-1] if inner else matches[-1].strip()
+    return None
+
+def sentences(text: str) -> list[str]:
+    """A reply's sentences, split after . ! ? and at line breaks."""
+    return re.split(r"(?<=[.!?])\s+|\n+", text.strip())
+
+_ARTICLES = re.compile(r"^(?:the|a|an)\s+")
+
+_EDGE_PUNCTUATION = " \t\n.,;:!?\"'`*()[]{}<>«»“”‘’"
+
+def normalize_text(text: str) -> str:
+    """Lower case, surrounding punctuation and quotes stripped, a leading article dropped, spaces collapsed:
+    'The Cold.' -> 'cold'."""
+    text = " ".join(str(text).lower().split()).strip(_EDGE_PUNCTUATION)
+    return _ARTICLES.sub("", text).strip(_EDGE_PUNCTUATION)
+
+def answers_match(predicted: str | None, gold: str) -> bool:
+    """Numeric comparison when both are numbers (18 == 18.00, 1,000 == 1000), else normalized text
+    ('The cold.' == 'cold')."""
+    if predicted is None:
+        return False
+    p, g = parse_number(predicted), parse_number(gold)
+    if p is not None and g is not None:
+        return math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-6)
+    return normalize_text(predicted) == normalize_text(gold)
+
+def accepted_answers(gold) -> list[str]:
+    """An `answer` cell as the list of accepted answers: a string is one; a list (or tuple) is several."""
+    if isinstance(gold, (list, tuple)):
+        return [str(g) for g in gold]
+    return [str(gold)]
+
+def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | None = None) -> bool:
+    """One completion against its gold answer (a string, or a list of accepted strings).
+
+    Numbers (gold parses as one): match="final" compares the final number of the reply (see
+    `extract_answer`), numerically.
+    Text: both sides normalized (`normalize_text`). match="final" looks for the gold answer, as whole
+    words, in the reply's explicit answer ('answer: ...', '<answer>', '####', boxed) or else in its
+    last sentence: 'The opposite of hot is cold.' is right for 'cold'.
+    match="exact" wants the reply to be the answer alone, in both cases.
+    labels: the answers a row chooses among. A classification task's label set: with match="final" a reply
+    that also names a label other than the accepted ones ('positive, not negative') is wrong, as a hedge is
+    no answer. The numbers a choice question offers ('Which is larger, 70 or 95?'): the reply's pick is
+    scored (`picked_number`), not its last number, as '95 is larger than 70.' names both.
+    """
+    if match not in ("final", "exact"):
+        raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
+    text = completion_text(completion)
+    accepted = accepted_answers(gold)
+    if match == "final" and offers_numbers(labels) and all(parse_number(g) is not None for g in accepted):
+        return any(answers_match(picked_number(text, labels), g) for g in accepted)
+    if not any(_matches(text, g, match) for g in accepted):
+        return False
+    others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
+    return match == "exact" or not any(_matches(text, lab, match) for lab in others)
+
+def predicted_answer(completion, labels: Sequence[str] | None = None) -> str | None:
+    """The number a reply is scored on, for showing beside its gold answer: its pick among the offered
+    numbers of a choice question (`picked_number`), else its final number (`extract_answer`)."""
+    text = completion_text(completion)
+    return picked_number(text, labels) if offers_numbers(labels) else extract_answer(text)
+
+def offers_numbers(labels: Sequence[str] | None) -> bool:
+    """Whether a row's labels are the numbers a choice question offers (data.load_local), not text labels."""
+    return bool(labels) and all(parse_number(lab) is not None for lab in labels)
+
+def picked_number(text: str, offered: Sequence[str]) -> str | None:
+    """The offered number a reply picks: its marked answer if it marks one ('answer: 95'), else the first
+    offered number named in its last sentence that names any, as a reply states its pick before what it
+    compares it with: '95 is larger than 70.' picks 95, 'The larger is 95, not 70.' too.
+
+    >>> picked_number("Let me see. 70 is a larger integer than 95.", ["70", "95"])
+    '70'
+    """
+    marked = marked_answer(text)
+    if marked is not None:
+        return marked
+    values = {parse_number(n) for n in offered}
+    for sentence in reversed(sentences(text)):
+        named = [n for n in re.findall(NUMBER, sentence) if parse_number(n) in values]
+        if named:
+            return named[0]
+    return None
+
+def _matches(text: str, gold: str, match: str) -> bool:
+    numeric = parse_number(gold) is not None
+    if match == "exact":
+        reply = text.strip().rstrip(".").strip()
+        if numeric:
+            return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold)
+        return normalize_text(reply) == normalize_text(gold)
+    if numeric:
+        return answers_match(extract_answer(text), gold)
+    wanted = normalize_text(gold)
+    return bool(wanted) and re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", _answer_span(text)) is not None
+
+def _answer_span(text: str) -> str:
+    """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
+    for pattern in _ANSWER_PATTERNS[:3]:  # ####, boxed, <answer>
+        found = pattern.findall(text)
+        if found:
+            return normalize_text(found[-1])
+    marked = re.findall(r"answer(?: is)?\s*:?\s*(.+)", text, re.I)
+    if marked:
+        return normalize_text(marked[-1])
+    said = [s for s in sentences(text) if normalize_text(s)]
+    return normalize_text(said[-1]) if said else ""
