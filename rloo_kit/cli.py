@@ -551,15 +551,14 @@ def _check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 def _quiet_libraries() -> None:
     """A terminal gets the kit's lines, not a bar per weight file or map; under `accelerate launch` one
     process reports, the main one."""
-    import logging
-
     import datasets
     from transformers.utils import logging as hf_logging
 
     from .patches import allowed
+    from .patches.private import silence_kernel_notice
 
     if allowed("bitsandbytes_notice"):  # before PEFT imports bitsandbytes; the door says why
-        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+        silence_kernel_notice()
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()

@@ -79,35 +79,7 @@ class Diagnosis:
         return f"[{self.kind} at step {self.step}] {self.message}\n  Fix: {self.fix}"
 
 
-SPREAD_KEY = "frac_task_reward_zero_std"  # logged by `log_task_reward_spread`
-
-
-def log_task_reward_spread(trainer) -> None:
-    """Log, each step, the share of prompts whose completions all got the same reward from the reward
-    functions, as `frac_task_reward_zero_std`. TRL's `frac_reward_zero_std` is taken after RLOO subtracts
-    beta x KL from each reward, and completions that differ have different KL: once the policy has moved
-    from the reference, a group with one reward for every completion no longer counts, and reward collapse
-    goes unseen. Wraps TRL's `_calculate_rewards` (which returns every process's rewards per function)."""
-    import torch
-    from trl.trainer.utils import nanstd
-
-    calculate = trainer._calculate_rewards
-
-    def calculate_rewards(*args, **kwargs):
-        per_func = calculate(*args, **kwargs)
-        # TRL's total, as it takes it before the KL penalty: unscorable rows left out, then clipped
-        rewards = (per_func * trainer.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
-        if trainer.reward_clip_range:
-            rewards = rewards.clamp(*trainer.reward_clip_range)
-        training = trainer.model.training  # TRL's mode: "train" or "eval", each with its group size
-        group = trainer.num_generations if training else trainer.num_generations_eval
-        std = nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
-        zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()  # as TRL: a NaN spread is not zero
-        trainer._metrics["train" if training else "eval"][SPREAD_KEY].append(zero)
-        return per_func
-
-    trainer._calculate_rewards = calculate_rewards
+SPREAD_KEY = "frac_task_reward_zero_std"  # logged by patch task_reward_spread (patches.compat)
 
 
 def _series(history: list[dict], key: str) -> list[float]:

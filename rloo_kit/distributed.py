@@ -7,10 +7,10 @@ and results, placing the model on a GPU — ask these helpers, so that each happ
 right device, whatever the number of processes. Everything is read from accelerate's `PartialState`;
 in a plain `python` or notebook process there is one process and the answers say so.
 
-One gap in the pinned libraries is closed here: on a machine without a GPU, accelerate names each
-process's device `cpu:<rank>`, and transformers 5.17 resumes the optimizer with
-`torch.load(map_location=args.device)`, which torch 2.13 refuses for `cpu:0` ("don't know how to
-restore data location"), so a multi-process CPU run could not resume. `plain_cpu_device` fixes that.
+One gap in the pinned libraries is closed by the door's patch `plain_cpu_device` (`patches.private`): on a
+machine without a GPU, accelerate names each process's device `cpu:<rank>`, and transformers 5.17 resumes the
+optimizer with `torch.load(map_location=args.device)`, which torch 2.13 refuses for `cpu:0` ("don't know how
+to restore data location"), so a multi-process CPU run could not resume; the patch names the device `cpu`.
 """
 
 from __future__ import annotations
@@ -59,13 +59,3 @@ def shards_parameters(trainer) -> bool:
     plugin = getattr(plugin, "deepspeed_plugin", None) if getattr(trainer, "is_deepspeed_enabled", False) else None
     return plugin is not None and plugin.zero_stage == 3
 
-
-def plain_cpu_device(args) -> bool:
-    """Name a CPU process's `args.device` plain `cpu` rather than accelerate's `cpu:<rank>` (the same memory;
-    see the module docstring). GPUs and single-process runs are left alone (False). Call before the trainer is
-    built."""
-    device = args.device
-    if device.type != "cpu" or device.index is None:
-        return False
-    args.__dict__["_setup_devices"] = torch.device("cpu")  # where TrainingArguments caches its device
-    return True

@@ -404,8 +404,15 @@ class GoldMonitor(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every and state.global_step != state.max_steps:
             return
-        metrics = self.trainer._metrics["train"]  # logged, averaged and cleared by the trainer's own log
-        for key, value in self._record(state).items():
+        from .patches import allowed
+        from .patches.private import trl_metrics
+
+        values = self._record(state)
+        if not allowed("trl_metrics", self.trainer):  # the door says why: the measurement, an entry of its own
+            state.log_history.append({"step": state.global_step, **values})
+            return
+        metrics = trl_metrics(self.trainer)  # logged, averaged and cleared by the trainer's own log
+        for key, value in values.items():
             if value is not None:
                 metrics[key].append(value)
 

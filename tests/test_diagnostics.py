@@ -147,7 +147,8 @@ def test_the_spread_is_taken_as_trl_takes_its_rewards():
 
     import torch
 
-    from rloo_kit.diagnostics import SPREAD_KEY, log_task_reward_spread
+    from rloo_kit.diagnostics import SPREAD_KEY
+    from rloo_kit.patches.compat import log_task_reward_spread
 
     nan = float("nan")
     per_func = torch.tensor([[1.0, 0.0], [1.0, 0.0],  # one reward for both: no spread

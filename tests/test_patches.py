@@ -5,12 +5,14 @@ one the run cannot go without raises, naming the versions; `rloo-kit doctor` lis
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import logging
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,12 +30,30 @@ from .helpers import length_reward
 # Snapshots the modules (and their classes) of TRL, transformers, PEFT, torch and ipykernel that hold the kit's
 # patch targets; with TRL's `_ChunkedLogProbFunction` gone (as if TRL had renamed it) imports every module of
 # the kit; then lists what changed in the snapshot, and what anywhere in those libraries is the kit's. Again after
-# the kit's CPU log-prob patch (the name back), to show that both lists see a patch when there is one.
+# the kit's CPU log-prob patch (the name back), to show that both lists see a patch when there is one. The loggers
+# of those libraries, accelerate's and bitsandbytes' (level, on/off, propagation, handlers, filters) and
+# transformers' progress bars likewise: as they were, and a logger first made during the kit's import as made.
 SCAN = """
-import importlib, json, pkgutil, sys, types
+import importlib, json, logging, pkgutil, sys, types
 for m in ("trl.trainer.rloo_trainer", "transformers.models.llama.modeling_llama", "transformers.masking_utils",
-          "transformers.cache_utils", "peft", "ipykernel.kernelbase", "ipykernel.subshell_manager"):
+          "transformers.cache_utils", "peft", "ipykernel.kernelbase", "ipykernel.subshell_manager", "accelerate",
+          "bitsandbytes"):
     importlib.import_module(m)
+
+LIBRARIES = ("trl", "transformers", "peft", "torch", "accelerate", "bitsandbytes", "ipykernel")
+FRESH = [logging.NOTSET, False, True, [], []]
+
+def loggers():
+    from transformers.utils import logging as hf_logging
+    found = {"transformers progress bars": hf_logging.is_progress_bar_enabled()}
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.split(".")[0] in LIBRARIES and isinstance(logger, logging.Logger):
+            found[name] = [logger.level, logger.disabled, logger.propagate, [id(h) for h in logger.handlers],
+                           [id(f) for f in logger.filters]]
+    return found
+
+def loggers_changed(before):
+    return sorted(k for k, v in loggers().items() if v != before.get(k, FRESH))
 
 def entries():
     for name, mod in list(sys.modules.items()):
@@ -60,15 +80,16 @@ def changes(before):
 import trl.trainer.utils
 kernel = trl.trainer.utils._ChunkedLogProbFunction
 del trl.trainer.utils._ChunkedLogProbFunction
-before = dict(entries())
+before, levels = dict(entries()), loggers()
 import rloo_kit
 for m in pkgutil.walk_packages(rloo_kit.__path__, "rloo_kit."):
     importlib.import_module(m.name)
-at_import = changes(before)
+at_import = {**changes(before), "loggers": loggers_changed(levels)}
 trl.trainer.utils._ChunkedLogProbFunction = kernel
-before = dict(entries())
+before, levels = dict(entries()), loggers()
 rloo_kit.patches.compat.patch_trl_for_cpu()
-print(json.dumps({"at_import": at_import, "patched": changes(before)}))
+rloo_kit.patches.private.silence_kernel_notice()
+print(json.dumps({"at_import": at_import, "patched": {**changes(before), "loggers": loggers_changed(levels)}}))
 """
 
 
@@ -76,9 +97,9 @@ def test_importing_the_kit_changes_no_library_and_needs_no_private_trl_name():
     done = subprocess.run([sys.executable, "-c", SCAN], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["at_import"] == {"changed": [], "kit": []}
-    patched = ["trl.trainer.utils._ChunkedLogProbFunction"]  # the scan does see a patch
-    assert found["patched"] == {"changed": patched, "kit": patched}
+    assert found["at_import"] == {"changed": [], "kit": [], "loggers": []}
+    patched = ["trl.trainer.utils._ChunkedLogProbFunction"]  # the scan does see a patch, and a logger set
+    assert found["patched"] == {"changed": patched, "kit": patched, "loggers": ["bitsandbytes.backends.cpu.ops"]}
 
 
 @pytest.fixture
@@ -222,3 +243,193 @@ def test_every_patch_is_trusted_on_the_pinned_versions_and_names_real_tests():
         for node in p.tests:
             path, _, test = node.partition("::")
             assert f"def {test}(" in (REPO / path).read_text(), node
+
+
+# ----------------------------------------------------------------------------- the door is the only door
+
+LIBRARIES = ("trl", "transformers", "peft", "torch", "accelerate", "ipykernel", "bitsandbytes")
+PACKAGE, DOOR = REPO / "rloo_kit", REPO / "rloo_kit" / "patches"
+# argparse's parser internals (cli, recipes): the standard library's, versioned with Python, which no patch pins
+STDLIB_PRIVATE = frozenset({"_actions", "_SubParsersAction"})
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def kit_private_names() -> set[str]:
+    """The `_name`s the kit defines anywhere (functions, classes, globals, what its classes set on self or cls,
+    the `_rloo_kit*` marks it leaves on other objects), less the names the door knows as another library's."""
+    own: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                own.add(node.attr)
+            elif isinstance(node, ast.alias):
+                own.add(node.asname or node.name)
+            elif isinstance(node, (ast.Attribute, ast.Constant)):
+                name = node.attr if isinstance(node, ast.Attribute) else node.value
+                if isinstance(name, str) and name.startswith("_rloo_kit"):
+                    own.add(name)
+    foreign = {t.split("().")[-1].rsplit(".", 1)[-1] for p in PATCHES for t in p.targets}
+    return {n for n in own if _private(n)} - foreign
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _instance_dict(node: ast.expr) -> bool:
+    """`x.__dict__` or `vars(x)`: where a private attribute can be reached by a string."""
+    return ((isinstance(node, ast.Attribute) and node.attr == "__dict__")
+            or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"))
+
+
+def foreign_touches(path: Path, own: set[str]) -> list[str]:
+    """Where `path` reads or writes another library's private attribute, changes one of its modules or classes,
+    or takes one of its loggers: 'path:line: what', for each."""
+    tree = ast.parse(path.read_text())
+    libraries = set()  # the names this module binds to the libraries' modules, classes and functions
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            libraries |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in LIBRARIES}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in LIBRARIES:
+            libraries |= {a.asname or a.name for a in node.names}
+
+    def foreign(name: object) -> bool:
+        return isinstance(name, str) and _private(name) and name not in own and name not in STDLIB_PRIVATE
+
+    def literal(node: ast.expr) -> object:
+        return node.value if isinstance(node, ast.Constant) else None
+
+    found, kept = [], set()  # kept: `self._x` where the kit's class itself defines `_x` (a library may use it too)
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        mine = [n for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id in ("self", "cls")]
+        defined = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        defined |= {t.id for n in cls.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        defined |= {n.attr for n in mine if isinstance(n.ctx, ast.Store)}
+        kept |= {id(n) for n in mine if n.attr in defined}
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, ast.Attribute) and foreign(node.attr) and id(node) not in kept:
+            what = f"{'reads' if isinstance(node.ctx, ast.Load) else 'writes'} .{node.attr}"
+        elif isinstance(node, ast.Call):
+            func = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            args = node.args
+            if func in ("getattr", "setattr", "hasattr", "delattr") and len(args) >= 2 and foreign(literal(args[1])):
+                what = f"{func}(..., {literal(args[1])!r})"
+            elif func in ("setattr", "delattr") and args and _root(args[0]) in libraries:
+                what = f"{func} on {_root(args[0])}, a library's"
+            elif (func == "getLogger" and args and isinstance(literal(args[0]), str)
+                  and literal(args[0]).split(".")[0] in LIBRARIES):
+                what = f"the logger {literal(args[0])!r}"
+            elif (isinstance(node.func, ast.Attribute) and _instance_dict(node.func.value) and args
+                  and foreign(literal(args[0]))):
+                what = f"the instance dict's {literal(args[0])!r}"
+        elif isinstance(node, ast.Subscript) and _instance_dict(node.value) and foreign(literal(node.slice)):
+            what = f"the instance dict's {literal(node.slice)!r}"
+        elif (isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn))
+              and _instance_dict(node.comparators[0]) and foreign(literal(node.left))):
+            what = f"the instance dict's {literal(node.left)!r}"
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            changed = [t for t in targets if isinstance(t, (ast.Attribute, ast.Subscript)) and _root(t) in libraries]
+            what = f"changes {ast.unparse(changed[0])}, a library's" if changed else None
+        if what:
+            found.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}:{node.lineno}: {what}")
+    return found
+
+
+def test_no_module_outside_the_door_touches_another_librarys_private_parts():
+    """Every private attribute of TRL, transformers, PEFT, torch, accelerate, ipykernel or bitsandbytes that the
+    kit reads or writes, and every change to their modules, classes and loggers, is made in rloo_kit/patches/
+    (a registered patch, or an accessor of `patches.private`); a `_name` the kit does not define is another's."""
+    own = kit_private_names()
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if not path.is_relative_to(DOOR)
+             for hit in foreign_touches(path, own)]
+    assert not found, "outside rloo_kit/patches/:\n" + "\n".join(found)
+
+
+PLANTED = '''
+import logging
+import torch
+from transformers import Trainer
+
+
+class Kept:
+    def __init__(self):
+        self._start = self._generate()
+
+    def _generate(self):
+        return 0
+
+
+def resume(trainer, model, path, fn):
+    trainer._load_from_checkpoint(path)
+    trainer._metrics["train"]["gold"].append(1.0)
+    setattr(trainer, "_logs", {})
+    vars(trainer.args)["_setup_devices"] = None
+    torch.multinomial = None
+    setattr(Trainer, "log", None)
+    logging.getLogger("transformers.trainer").setLevel(logging.ERROR)
+    model._rloo_kit_backend, kept = "transformers", Kept()
+    return kept._start, getattr(fn, "_rloo_kit_safe", False), "_rloo_kit_packed" in vars(model)
+'''
+
+
+def test_the_door_check_finds_a_planted_touch(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(PLANTED)
+    # `Kept` is the kit's, as if in a kit module; its `_generate` is its own, though RLOOTrainer has one too
+    found = foreign_touches(planted, kit_private_names() | {"_start"})
+    body = PLANTED.splitlines().index("def resume(trainer, model, path, fn):") + 2  # its first line, from 1
+    # each of the seven planted touches, once, and nothing of the kit's own below them
+    assert len(found) == 7 and {int(hit.split(":")[1]) for hit in found} == set(range(body, body + 7))
+    assert sorted(hit.split(": ", 1)[1] for hit in found) == sorted([
+        "reads ._load_from_checkpoint", "reads ._metrics", "setattr(..., '_logs')",
+        "the instance dict's '_setup_devices'", "changes torch.multinomial, a library's",
+        "setattr on Trainer, a library's", "the logger 'transformers.trainer'"])
+
+
+def test_the_accessors_fall_back_where_the_door_says_no(monkeypatch, said):
+    """A TRL outside the tested range: the live view shows no completions rather than read TRL's `_logs`, and the
+    gold monitor's measurement becomes a log entry of its own rather than go into TRL's `_metrics`."""
+    import collections
+    import types
+
+    from datasets import Dataset
+    from transformers import TrainerState
+
+    from rloo_kit.notebook.live import LiveView
+    from rloo_kit.reward_models import GOLD_KEY, GoldMonitor
+
+    logs = {"prompt": ["p", "p"], "completion": ["a", "b"], "rewards": {"r": [1.0, 0.0]}, "advantages": [1.0, -1.0]}
+    metrics = {"train": collections.defaultdict(list)}
+    trainer = types.SimpleNamespace(_logs=logs, _metrics=metrics, reward_weights=torch.tensor([1.0]), model=None,
+                                    processing_class=None)
+    view = LiveView(trainer)
+    gold = GoldMonitor(lambda prompts, completions, **kw: [1.0], Dataset.from_dict({"prompt": ["q"]}), every=1)
+    gold.trainer = trainer
+    monkeypatch.setattr(gold, "measure", lambda model, tokenizer: {GOLD_KEY: 0.5})
+    state = TrainerState(global_step=1, max_steps=2)
+    assert [c["reward"] for c in view.latest_groups()[0]["completions"]] == [1.0, 0.0]  # trusted: TRL's own
+    gold.on_step_end(None, state, None)
+    assert metrics["train"][GOLD_KEY] == [0.5] and not state.log_history
+
+    real = patch_module.version
+    monkeypatch.setattr(patch_module, "version", lambda dist: "1.16.0" if dist == "trl" else real(dist))
+    assert view.latest_groups() == []
+    gold.on_step_end(None, state, None)
+    assert metrics["train"][GOLD_KEY] == [0.5] and state.log_history == [{"step": 1, GOLD_KEY: 0.5}]
+    assert [line for line in said if line.startswith("patch ")] == [
+        f"patch {name} skipped: trl 1.16.0 is outside the ==1.15.* it was tested on; the library's own behaviour "
+        "is kept." for name in ("trl_logs", "trl_metrics")]

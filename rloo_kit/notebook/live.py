@@ -225,8 +225,12 @@ class LiveView(TrainerCallback):
 
     def latest_groups(self, n_prompts: int = SHOWN_PROMPTS) -> list[dict]:
         """The latest step's first prompts, each with its completions, their rewards and advantages, read
-        from what RLOOTrainer keeps for logging (`trainer._logs`); nothing is generated again."""
-        logs = getattr(self.trainer, "_logs", None) or {}
+        from what RLOOTrainer keeps for logging (patch `trl_logs`); nothing is generated again; none where the
+        door does not trust that read here."""
+        from ..patches import allowed
+        from ..patches.private import trl_logs
+
+        logs = trl_logs(self.trainer) if allowed("trl_logs", self.trainer) else {}
         prompts, completions = list(logs.get("prompt", ())), list(logs.get("completion", ()))
         rewards = {name: list(v) for name, v in dict(logs.get("rewards", {})).items()}
         advantages = list(logs.get("advantages", ()))

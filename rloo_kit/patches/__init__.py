@@ -1,6 +1,8 @@
 """One door for every change rloo-kit makes to another library's behaviour (TRL, transformers, PEFT, torch,
-ipykernel): each is an entry of `registry.PATCHES`, applied here when a trainer is built or a model loaded,
-never at import.
+ipykernel, bitsandbytes): each is an entry of `registry.PATCHES`, applied here when a trainer is built or a
+model loaded, never at import. Every other read or write of a library's private attribute is an accessor of
+`private`, an entry too, which its callers ask `allowed(name)` about; tests/test_patches.py fails on one
+anywhere else in the kit.
 
 A patch whose target is gone, or whose library is outside the range its tests passed on, is skipped with one
 log line and the run takes the library's own path; one the run cannot do without (`Patch.required`) raises
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rloo_kit")
 
 __all__ = ["PATCHES", "Outcome", "Patch", "PatchError", "allowed", "banner", "patch_before_trainer", "patch_model",
-           "patch_trainer", "plan", "plan_here"]
+           "patch_trainer", "patch_trainer_with", "plan", "plan_here"]
 
 
 class PatchError(RlooKitError):
@@ -100,9 +102,9 @@ def _say_once(message: str) -> None:
 
 
 def _apply(phase: str, device: str, dtype: torch.dtype | None, obj: object = None,
-           skip: Collection[str] = ()) -> list[Outcome]:
+           skip: Collection[str] = (), only: Collection[str] | None = None) -> list[Outcome]:
     outcomes = []
-    for patch in (p for p in PATCHES if p.phase == phase):
+    for patch in (p for p in PATCHES if p.phase == phase and (only is None or p.name in only)):
         outcome = _admit(_verdict(patch, device, dtype, obj, skip), device)
         if outcome.status == "applies":
             module, _, name = patch.apply.partition(":")
@@ -157,6 +159,17 @@ def patch_trainer(trainer: Trainer, earlier: list[Outcome], skip: Collection[str
     return outcomes
 
 
+def patch_trainer_with(trainer: Trainer, names: Collection[str]) -> list[Outcome]:
+    """Only the trainer patches `names`, checked as `build_trainer` checks them, on a trainer built without it
+    (`cpu_step.speed_up_cpu_step`); no banner."""
+    unknown = set(names) - {p.name for p in PATCHES if p.phase == "trainer"}
+    if unknown:
+        raise ConfigError(f"No trainer patch named {', '.join(sorted(unknown))}.")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return _apply("trainer", trainer.accelerator.device.type, getattr(_base_model(model), "dtype", None), trainer,
+                  only=names)
+
+
 def banner(outcomes: list[Outcome]) -> str:
     """One line, as Unsloth's: what was patched, on which versions, and how many patches were left out."""
     from .. import __version__
@@ -171,11 +184,11 @@ def banner(outcomes: list[Outcome]) -> str:
     return f"patched {', '.join(p.name for p in applied)} on {versions_text(dists)}{left} ({kit})."
 
 
-def allowed(name: str) -> bool:
-    """Whether patch `name`, applied outside `build_trainer` (the live view's), can be trusted here; when not,
-    says so once."""
+def allowed(name: str, instance: object = None) -> bool:
+    """Whether patch `name`, applied outside `build_trainer` (the live view's, an accessor of `patches.private`),
+    can be trusted here, its instance attributes looked for on `instance` when given; when not, says so once."""
     (patch,) = (p for p in PATCHES if p.name == name)
-    reason = patch.unsupported()
+    reason = patch.unsupported(instance)
     if reason:
         _say_once(f"patch {name} skipped: {reason}; the library's own behaviour is kept.")
     return reason is None

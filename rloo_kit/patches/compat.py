@@ -19,6 +19,9 @@ The policy's forward then runs once, with gradients, and the loss reuses it.
 head `hidden[:, -1:, :]` when generation starts, a non-contiguous slice, and `F.linear` on such a
 3-d input expands the (vocabulary x hidden) weight per row and copies it. On this CPU, 16 rows of
 SmolLM2 took 690 ms in bf16 (70 ms in fp32) against 3.4 ms for the same product on a contiguous copy.
+
+`log_task_reward_spread(trainer)` logs the share of prompts without a spread of task reward, before the KL
+penalty (`diagnostics.SPREAD_KEY`), from inside TRL's reward calculation.
 """
 
 from __future__ import annotations
@@ -275,3 +278,32 @@ def _adapters_on(model) -> bool:
     if layer is None:
         return True
     return not layer.disable_adapters and "ref" not in layer.active_adapters
+
+
+def log_task_reward_spread(trainer) -> None:
+    """Log, each step, the share of prompts whose completions all got the same reward from the reward
+    functions, as `frac_task_reward_zero_std`. TRL's `frac_reward_zero_std` is taken after RLOO subtracts
+    beta x KL from each reward, and completions that differ have different KL: once the policy has moved
+    from the reference, a group with one reward for every completion no longer counts, and reward collapse
+    goes unseen. Wraps TRL's `_calculate_rewards` (which returns every process's rewards per function)."""
+    from trl.trainer.utils import nanstd
+
+    from ..diagnostics import SPREAD_KEY
+
+    calculate = trainer._calculate_rewards
+
+    def calculate_rewards(*args, **kwargs):
+        per_func = calculate(*args, **kwargs)
+        # TRL's total, as it takes it before the KL penalty: unscorable rows left out, then clipped
+        rewards = (per_func * trainer.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        if trainer.reward_clip_range:
+            rewards = rewards.clamp(*trainer.reward_clip_range)
+        training = trainer.model.training  # TRL's mode: "train" or "eval", each with its group size
+        group = trainer.num_generations if training else trainer.num_generations_eval
+        std = nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
+        zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()  # as TRL: a NaN spread is not zero
+        trainer._metrics["train" if training else "eval"][SPREAD_KEY].append(zero)
+        return per_func
+
+    trainer._calculate_rewards = calculate_rewards

@@ -378,7 +378,8 @@ def bf16_step(trainer) -> bool:
 
 
 def speed_up_cpu_step(trainer) -> bool:
-    """`lean_sampler` and `bf16_step` together, as `build_trainer` applies them (for a trainer built by hand).
-    Returns whether either was installed."""
-    sampler = lean_sampler(trainer)
-    return bf16_step(trainer) or sampler
+    """The door's `cpu_sampler` and `cpu_bf16_step` on a trainer built by hand, with the versions and targets
+    checked as `build_trainer` checks them. Returns whether either was installed."""
+    from . import patch_trainer_with
+
+    return any(o.status == "applied" for o in patch_trainer_with(trainer, ("cpu_sampler", "cpu_bf16_step")))

@@ -12,8 +12,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion
 
 # "call": applied by the kit's own code for the length of one call (its generation), "cli": by the `rloo-kit`
-# command for its own process; both with `apply=None`, asking the door `allowed(name)` first
-PHASES = ("model", "config", "process", "trainer", "live", "call", "cli")
+# command for its own process, "private": a named accessor of another library's private attribute
+# (`patches.private`), read, written or called by the kit's own code; all with `apply=None`, asking the door
+# `allowed(name)` first where the caller has a fallback
+PHASES = ("model", "config", "process", "trainer", "live", "call", "cli", "private")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Patch:
     tests: tuple[str, ...]  # pytest node ids that hold it to the library's own result
     apply: str | None  # "module:function", given the phase's object (nothing for "process"); returning
     # False means it declined this model or config (its own checks); None: applied by the code of its phase
-    # ("live", "call", "cli"), after `allowed(name)`
+    # ("live", "call", "cli", "private"), after `allowed(name)`
     phase: str = "trainer"  # when it applies: on the model, the config, the process, the built trainer, or "live"
     devices: tuple[str, ...] | None = ("cpu",)  # the run's device types it is for (None: any)
     dtype: torch.dtype | None = None  # the base model's dtype it is for (None: any)

@@ -43,7 +43,7 @@ PATCHES: tuple[Patch, ...] = (
           "(written into TrainingArguments' cached `_setup_devices`)",
           targets=("transformers.TrainingArguments._setup_devices",), tested=TRANSFORMERS,
           tests=("tests/test_distributed.py::test_two_processes_train_to_the_planned_step_and_write_one_adapter",),
-          apply="rloo_kit.distributed:plain_cpu_device", phase="config",
+          apply="rloo_kit.patches.private:plain_cpu_device", phase="config",
           when="CPU processes under `accelerate launch`"),
     Patch("trl_cpu_logprob", "TRL's Triton-only log-prob kernel gets a plain-PyTorch path off CUDA (replaced "
           "process-wide; CUDA and XPU still call TRL's kernel)",
@@ -83,7 +83,7 @@ PATCHES: tuple[Patch, ...] = (
           "`_metrics` (reward collapse before the KL penalty hides it)",
           targets=(f"{RLOO}._calculate_rewards", f"{RLOO}()._metrics", "trl.trainer.utils.nanstd"),
           tested=TRL, tests=("tests/test_diagnostics.py::test_the_spread_is_taken_as_trl_takes_its_rewards",),
-          apply="rloo_kit.diagnostics:log_task_reward_spread", devices=None),
+          apply="rloo_kit.patches.compat:log_task_reward_spread", devices=None),
     Patch("cpu_generation", "the kit's own generation on a CPU (pre-flight, evaluation, gold monitor), for the length "
           "of each call: inference mode, each distinct prompt read once (`model.generate` rebound on the instance) "
           "and torch.multinomial swapped for a CDF draw; fp32 and bf16 models alike",
@@ -95,11 +95,30 @@ PATCHES: tuple[Patch, ...] = (
           apply=None, phase="call"),
     Patch("bitsandbytes_notice", "bitsandbytes' notice that an optional hub kernel ('kernels') is missing, printed "
           "when PEFT imports it, silenced in the `rloo-kit` command's own process (its logger "
-          "'bitsandbytes.backends.cpu.ops' set to ERROR): bitsandbytes uses its own CPU kernel either way. In a "
-          "notebook it shows once, at the first model load",
+          "'bitsandbytes.backends.cpu.ops' set to ERROR by `patches.private.silence_kernel_notice`): bitsandbytes "
+          "uses its own CPU kernel either way. In a notebook it shows once, at the first model load",
           targets=(), tested={"bitsandbytes": "==0.50.*"},
           tests=("tests/test_patches.py::test_the_command_silences_the_kernel_notice_and_import_leaves_loggers_alone",),
           apply=None, phase="cli", devices=None),
+    Patch("trl_metrics", "the gold monitor's gold/mean and proxy/mean appended to TRL's private per-step metrics "
+          "(`_metrics`), which TRL averages into the step's log beside reward and KL; untrusted, each measurement "
+          "is a log entry of its own (`patches.private.trl_metrics`)",
+          targets=(f"{RLOO}()._metrics",), tested=TRL,
+          tests=("tests/test_reward_models.py::test_gold_monitor_logs_gold_beside_the_proxy_on_a_real_run",
+                 "tests/test_patches.py::test_the_accessors_fall_back_where_the_door_says_no"),
+          apply=None, phase="private", devices=None),
+    Patch("trl_logs", "the live view's latest completions, rewards and advantages read from what RLOOTrainer keeps "
+          "for logging (its private `_logs`); untrusted, the view shows no completions (`patches.private.trl_logs`)",
+          targets=(f"{RLOO}()._logs",), tested=TRL,
+          tests=("tests/test_live.py::test_widget_state_after_real_steps",
+                 "tests/test_patches.py::test_the_accessors_fall_back_where_the_door_says_no"),
+          apply=None, phase="private", devices=None),
+    Patch("load_checkpoint", "resuming a run that already finished loads its last checkpoint through transformers' "
+          "private `Trainer._load_from_checkpoint` (what `train(resume_from_checkpoint=...)` loads) and trains "
+          "nothing; untrusted, `train` resumes, one step past max_steps (`patches.private.load_checkpoint`)",
+          targets=("transformers.Trainer._load_from_checkpoint",), tested=TRANSFORMERS,
+          tests=("tests/test_resume.py::test_resuming_a_finished_run_trains_nothing_and_keeps_its_adapter",),
+          apply=None, phase="private", devices=None),
     Patch("ipykernel_subshell", "the live view's Stop button answered on a kernel subshell (ipykernel's private "
           "`_create_subshell`, and the comm's `_reply_subshell_for`) while the training cell runs",
           targets=("ipykernel.subshell_manager.SubshellManager._create_subshell",

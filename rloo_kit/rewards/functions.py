@@ -85,7 +85,7 @@ def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_m
 def hub_reward_model(model, *, batch_size: int = 8) -> RewardFunc:
     """A reward model as TRL takes it, as a reward function (`reward_model`): a hub id or directory, loaded
     as TRL loads it (sequence classification, one label), or a loaded sequence-classification model, with
-    the tokenizer saved beside it (its `config._name_or_path`), as TRL finds it."""
+    the tokenizer saved beside it (its `config.name_or_path`), as TRL finds it."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     if isinstance(model, str):
@@ -94,7 +94,7 @@ def hub_reward_model(model, *, batch_size: int = 8) -> RewardFunc:
             model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=1, use_safetensors=True)
         except OSError as e:
             raise RewardError(f"Cannot load the reward model '{source}': {e}") from e
-    source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    source = getattr(getattr(model, "config", None), "name_or_path", "") or ""
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as e:
