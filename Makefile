@@ -20,7 +20,7 @@ CHROMIUM ?= /usr/lib/chromium/chromium
 export TQDM_DISABLE ?= 1
 export HF_DATASETS_DISABLE_PROGRESS_BARS ?= 1
 
-.PHONY: setup demo test test-fast lint bench clean llama-cpp
+.PHONY: setup demo test test-fast lint bench clean llama-cpp docs docs-build
 
 setup: $(STAMP)
 
@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[dev,browser]"
+	$(PIP) -e ".[dev,browser,docs]"
 	$(PIP) --no-deps $(UNSLOTH_NODEPS)
 	$(PIP) $(UNSLOTH_EXTRAS) "$(TORCH)"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
@@ -56,10 +56,12 @@ $(LLAMA_CPP_STAMP):
 	touch $@
 
 # Everything, the browser test included: the REQUIRE variables make a missing Unsloth, browser or llama.cpp fail, not skip.
+# Then the documentation site, after the tests, so that it renders the notebooks they executed (build/notebooks/).
 test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) \
 		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PY) -m pytest
+	$(VENV)/bin/mkdocs build --strict
 
 # The lane for working: lint, unit and in-process tiny-model tests; no notebook run, real model, browser, Unsloth or
 # subprocess run (their markers: slow, browser, unsloth, heavy), no multi-process `accelerate launch`
@@ -85,5 +87,13 @@ bench: setup
 	$(PY) benchmarks/roofline.py --steps 4
 	$(PY) benchmarks/roofline.py --steps 4 --path legacy
 
+# The documentation site (mkdocs.yml): served with live reload at http://127.0.0.1:8000, or built into site/. Strict: a
+# broken link, a page missing from the nav or a docstring the API reference cannot read fails the build.
+docs: setup
+	$(VENV)/bin/mkdocs serve
+
+docs-build: setup
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache $(LLAMA_CPP_DIR)
+	rm -rf $(VENV) runs .pytest_cache $(LLAMA_CPP_DIR) site build

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from .conftest import REPO
 from .helpers import TOKEN
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+EXECUTED = REPO / "build" / "notebooks"  # each executed copy, for the docs site to render (docs/generate.py)
 slow = pytest.mark.slow  # each runs a notebook on the real default model
 
 
@@ -45,6 +47,8 @@ def run(name: str, out: Path, **params) -> dict:
                                    parameters={"SMOKE": True, "OUTPUT_DIR": str(out), **params},
                                    kernel_name="python3", progress_bar=False, cwd=str(out))
     assert TOKEN not in (out / f"{name}.ipynb").read_text(), "a hub token was written into the notebook"
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / f"{name}.ipynb", EXECUTED / f"{name}.ipynb")
     return json.loads((out / "metrics.json").read_text())
 
 
