@@ -61,7 +61,7 @@ def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool) -> dict:
               f"{done.stdout[-3000:]}{done.stderr[-1500:]}", flush=True)
     m = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
     pre = m.get("preflight") or {}
-    right = _right(out / "evaluation_after.json"), _right(out / "evaluation_before.json")
+    right = held_out_right(out / "evaluation_after.json"), held_out_right(out / "evaluation_before.json")
     return {"task": name, "arm": arm, "seed": seed, "verdict": pre.get("verdict"), "problems": pre.get("problems"),
             "as_asked": (pre.get("as_asked") or {}).get("problems"),
             "temperature": (m.get("config") or {}).get("temperature"), "preflight_seconds": pre.get("seconds"),
@@ -73,7 +73,7 @@ def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool) -> dict:
             "command": " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")}
 
 
-def _right(path: Path) -> list[bool] | None:
+def held_out_right(path: Path) -> list[bool] | None:
     """Each held-out prompt's greedy verdict, to pair two arms prompt by prompt."""
     return [r["correct"] for r in json.loads(path.read_text())["completions"]] if path.is_file() else None
 

@@ -123,6 +123,7 @@ def _prepare(args):
     from .rewards import check_on_rows, from_file
     from .sources import check_source
     from .tasks import load_task, plan_run
+    from .tools import load_tools, with_tools
 
     plan = plan_run(args.model, args.task, args.preset)
     knobs = {k: getattr(args, k) for k in KNOBS if getattr(args, k, None) is not None}
@@ -135,6 +136,8 @@ def _prepare(args):
         task = task.replace(max_completion_length=args.max_completion_length)
     if args.temperature is not None:  # the task's own: the pre-flight keeps it, and says what it would fit
         task = task.replace(temperature=args.temperature)
+    if args.tools:
+        task = with_tools(task, load_tools(args.tools))
     for spec in args.reward or ():
         fn, weight = from_file(spec)
         check_on_rows(fn, [task.train[i] for i in range(min(4, len(task.train)))])
@@ -239,6 +242,10 @@ def cmd_train(args) -> int:
     seed = overrides.pop("seed", 0)  # the pre-flight's draw, the evaluation split and training share it
     if args.minutes is not None:
         overrides["minutes"] = args.minutes
+    if args.prompt_pool:
+        overrides["prompt_pool"] = True
+    if args.tools:
+        overrides["max_tool_calls"] = args.max_tool_calls
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
                  force=args.force, seed=seed, **overrides)
     if not report.trained:
@@ -296,6 +303,10 @@ def cmd_eval(args) -> int:
     base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
     task = load_task(args.task, path=args.path, n_test=args.n_test, prompt_column=args.prompt_column,
                      answer_column=args.answer_column, system_prompt=args.system_prompt, encoding=args.encoding)
+    if args.tools:
+        from .tools import load_tools, with_tools
+
+        task = with_tools(task, load_tools(args.tools))
     trained = trained_settings(args.adapter)
     length = args.max_new_tokens or trained.get("max_completion_length")
     task = task.replace(max_completion_length=length) if length else task.for_preset(args.preset or "auto")
@@ -404,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--encoding", default="utf-8", help="the task file's text encoding (default utf-8; a "
                         "byte-order mark is fine)")
         sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
+        sp.add_argument("--tools", nargs="+", metavar="TOOL", help="tools the model may call in its answers, as "
+                        "<tool>name(arguments)</tool>, each result coming back in the completion: a built-in "
+                        "(calculator) or PATH.py:FUNCTION, a function with type hints and a docstring. The prompts "
+                        "list them with an example; a tool's tokens weigh nothing in the loss")
 
     def run_args(sp):
         sp.add_argument("--model", default="auto", help=f"auto ({DEFAULT_MODEL} on a CPU, {GPU_DEFAULT_MODEL} on "
@@ -437,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "training reward in place of the task's (held-out accuracy still uses the task's answers)")
         sp.add_argument("--reward-model-weight", type=float, metavar="W", help="keep the task's rewards and add "
                         "--reward-model's score at this weight (e.g. 0.5)")
+        sp.add_argument("--max-tool-calls", type=int, default=3, help="tool calls a completion may make, with "
+                        "--tools: the cap that ends a runaway loop")
         sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
         sp.add_argument("--seed", type=int, help="seeds the pre-flight's draw, the held-out split and training "
                         "(default: 0)")
@@ -460,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "constant learning rate: greedy accuracy on a few training rows set apart (validation) is measured "
                     "at step 0 and along the way, each best adapter kept in OUTPUT_DIR/best, and the run ends with the "
                     "best as its adapter; the held-out test split is measured once, at the end")
+    tr.add_argument("--prompt-pool", action="store_true", help="draw each step's prompts from a pool that rests "
+                    "prompts whose K completions all got the same reward (they teach nothing), seeded by the "
+                    "pre-flight; rested prompts come back later and a fifth of each draw stays uniform (one process)")
     tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
                     f"(default: {KIT_DEFAULTS['save_steps']})")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "

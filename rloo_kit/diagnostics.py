@@ -16,7 +16,8 @@ from transformers import TrainerCallback
 
 log = logging.getLogger("rloo_kit")
 
-KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation", "reward_hacking", "memorisation")
+KINDS = ("high_variance", "kl_explosion", "reward_collapse", "truncation", "reward_hacking", "memorisation",
+         "tool_unused", "tool_invalid")
 
 
 @dataclass
@@ -65,6 +66,12 @@ class Thresholds:
     memo_reward_rise: float = 0.2
     memo_validation_gain: float = 0.05
     memo_points: int = 3
+    # tools (a run given tools logs tools/call_rate and tools/valid_call_rate): tool_unused when the share of
+    # completions that call a tool stays at or under tool_call_min for tool_patience steps; tool_invalid when the
+    # calls made are valid (parsed, a known tool, ran) at a rate under tool_valid_min as long
+    tool_call_min: float = 0.0
+    tool_valid_min: float = 0.5
+    tool_patience: int = 5
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,20 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     memorising = _memorisation(history, t)
     if memorising:
         found["memorisation"] = memorising
+    found.update(_tool_signs(history, t))
+    return found
+
+
+def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
+    """A run with tools whose completions stopped calling them (or never did), or whose calls mostly fail."""
+    calls = [h["tools/call_rate"] for h in history if "tools/call_rate" in h][-t.tool_patience:]
+    valid = [h["tools/valid_call_rate"] for h in history if h.get("tools/valid_call_rate") is not None]
+    valid = valid[-t.tool_patience:]
+    found = {}
+    if len(calls) == t.tool_patience and max(calls) <= t.tool_call_min:
+        found["tool_unused"] = {"tools/call_rate": calls[-1], "steps": len(calls)}
+    if len(valid) == t.tool_patience and max(valid) < t.tool_valid_min:
+        found["tool_invalid"] = {"tools/valid_call_rate": round(valid[-1], 3), "steps": len(valid)}
     return found
 
 
@@ -224,6 +245,17 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "reward is at its maximum, the task is solved: stop.")
     if kind == "reward_hacking":
         return _hacking_advice(ev, args, beta)
+    if kind == "tool_unused":
+        return (f"No completion has called a tool for {ev['steps']} steps ({ev}): RLOO reinforces the calls it "
+                "samples, so a call that is never sampled is never learned.",
+                "show a worked call in the prompt (rloo_kit.tools.with_tools(task, tools, example=...)), raise "
+                f"temperature {temp:g} or num_generations {g} -> {2 * g} so that a call is sampled now and then, "
+                "or warm the model up on a handful of worked examples with TRL's SFTTrainer.")
+    if kind == "tool_invalid":
+        return (f"Most tool calls fail ({ev}): they do not parse, name no tool, or the tool raises; their error "
+                "comes back as the result, so the answer after it is rarely right.",
+                "look at a few calls (the live view's latest completions); make the call syntax in the prompt's "
+                "example match the tool's arguments exactly, and let the tool accept the forms the model writes.")
     if kind == "memorisation":
         return (f"The training reward rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy accuracy on "
                 f"training rows set apart stayed at {ev['validation_start']:g} (at best {ev['validation_best_since']:g}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from math import comb
 
@@ -41,10 +41,12 @@ class EvalReport:
     truncation_rate: float  # share of completions that hit max_new_tokens
     samples: int
     completions: list[dict] = field(default_factory=list, repr=False)
+    tools: dict | None = None  # with tools: call_rate, and accuracy_with_call / accuracy_without_call
 
     def summary(self) -> dict:
         """The scalar metrics, flat, e.g. for metrics.json."""
         out = {"accuracy": self.accuracy, "mean_length": self.mean_length, "truncation_rate": self.truncation_rate}
+        out.update({f"tools/{k}": v for k, v in (self.tools or {}).items()})
         out.update({f"pass@{k}": v for k, v in self.pass_at_k.items()})
         out.update({f"reward/{k}": v for k, v in self.mean_reward.items()})
         return out
@@ -72,14 +74,39 @@ def progress_lines(label: str, seconds: float = PROGRESS_SECONDS) -> Callable[[i
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool = True, max_new_tokens: int = 64,
-             temperature: float = 1.0, batch_size: int = 32,
-             progress: Callable[[int, int], None] | None = None) -> tuple[list[list[str]], list[list[int]]]:
-    """Completions for each prompt (chat form or text): texts and token counts, `samples` per prompt."""
-    ids = generate_ids(model, tokenizer, prompts, samples=samples, do_sample=not greedy,
-                       max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
-                       progress=progress)
+             temperature: float = 1.0, batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
+             tools: Sequence = ()) -> tuple[list[list[str]], list[list]]:
+    """Completions for each prompt (chat form or text): texts and token counts, `samples` per prompt. With
+    `tools` (`rloo_kit.tools.Tool`s), each completion is finished with its tool calls as in training: the texts
+    are the answers after the last tool result, and each count is (tokens, calls)."""
+    settings = dict(do_sample=not greedy, max_new_tokens=max_new_tokens, temperature=temperature,
+                    batch_size=batch_size)
+    ids = generate_ids(model, tokenizer, prompts, samples=samples, progress=progress, **settings)
+    if tools:
+        return _with_tools(model, tokenizer, prompts, ids, tools, settings)
     texts = [[tokenizer.decode(r, skip_special_tokens=True) for r in group] for group in ids]
     return texts, [[len(r) for r in group] for group in ids]
+
+
+def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, settings: dict):
+    """The completions `ids` finished with tool calls, as training's rollouts are (`tools.rollout`): the answer
+    texts the rewards read, and each completion's length and number of calls."""
+    from .tools.rollout import answer_text, roll_out
+
+    samples = len(ids[0]) if ids else 1
+    flat_prompts = [p for p in prompts for _ in range(samples)]
+    decode = lambda r: tokenizer.decode(r, skip_special_tokens=True)  # noqa: E731
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+
+    def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
+        return [g[0] for g in generate_ids(model, tokenizer, [flat_prompts[i] for i in rows], prefixes=begun,
+                                           **settings)]
+
+    rollouts = roll_out(more, [r for group in ids for r in group], decode, encode, tools,
+                        max_length=settings["max_new_tokens"])
+    texts = [answer_text(r, decode) for r in rollouts]
+    group = lambda values: [values[i:i + samples] for i in range(0, len(values), samples)]  # noqa: E731
+    return group(texts), group([(len(r.ids), r.calls) for r in rollouts])
 
 
 @torch.no_grad()
@@ -178,13 +205,16 @@ def _cut(ids: list[int], eos: set[int]) -> list[int]:
 
 def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
              greedy: bool = True, max_new_tokens: int = 64, temperature: float = 1.0,
-             batch_size: int = 32, match: str = "final", progress: str | None = None) -> EvalReport:
+             batch_size: int = 32, match: str = "final", progress: str | None = None,
+             tools: Sequence = ()) -> EvalReport:
     """Generate on `dataset` (a `prompt` column; `answer` enables accuracy) and score.
 
     greedy=True needs samples=1 (greedy decoding gives one answer). pass@k is reported for
     k = 1, 2, 4, ... up to `samples`. match="final" counts a completion correct when its final
     answer is right; match="exact" when the reply is the answer alone (see rewards.is_correct).
     progress: a label under which to log, every few seconds, how far generation got.
+    tools: `rloo_kit.tools.Tool`s the model may call, as in training (the answer after the last result is scored);
+    the report then says how often it called one, and its accuracy with and without a call.
     """
     funcs = [f for f in (reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]) if callable(f)]
     if greedy and samples > 1:
@@ -193,7 +223,9 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
     answers = list(dataset["answer"]) if "answer" in dataset.column_names else None
     texts, lengths = generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
                               max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
-                              progress=progress_lines(progress) if progress else None)
+                              progress=progress_lines(progress) if progress else None, tools=tools)
+    calls = [[c for _, c in group] for group in lengths] if tools else None
+    lengths = [[n for n, _ in group] for group in lengths] if tools else lengths
     columns = {c: [v for v in dataset[c] for _ in range(samples)] for c in dataset.column_names if c != "prompt"}
     flat_prompts = [p for p in prompts for _ in range(samples)]
     flat = [t for group in texts for t in group]
@@ -205,6 +237,8 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
             row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}
+            if calls:
+                row["tool_calls"] = calls[i][s]
             if answers:
                 row.update(answer=answers[i], predicted=predicted_answer(t, labels), correct=ok[s])
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
@@ -218,7 +252,17 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
         mean_reward={name: _mean(v) for name, v in rewards.items()},
         mean_length=sum(all_lengths) / len(all_lengths),
         truncation_rate=sum(n >= max_new_tokens for n in all_lengths) / len(all_lengths),
-        samples=samples, completions=rows)
+        samples=samples, completions=rows, tools=_tool_figures(rows) if calls else None)
+
+
+def _tool_figures(rows: list[dict]) -> dict:
+    """How often the completions called a tool, and how often they were right with a call and without one."""
+    called = [r for r in rows if r["tool_calls"]]
+    alone = [r for r in rows if not r["tool_calls"]]
+    right = lambda group: (sum(r["correct"] for r in group) / len(group)  # noqa: E731
+                           if group and "correct" in group[0] else None)
+    return {"call_rate": len(called) / len(rows), "accuracy_with_call": right(called),
+            "accuracy_without_call": right(alone)}
 
 
 def _mean(values: list) -> float:
@@ -286,9 +330,14 @@ def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
              for rows in (base.completions, tuned.completions)]
     better = sum(b > a for a, b in zip(*right, strict=True))
     worse = sum(b < a for a, b in zip(*right, strict=True))
+    return PairedChange(better, worse, len(right[0]), sign_test(better, worse))
+
+
+def sign_test(better: int, worse: int) -> float:
+    """The exact two-sided sign test's p-value: how often luck alone (each change a coin flip) gives a split of
+    the changed pairs at least this uneven."""
     n = better + worse
-    p = min(1.0, 2 * sum(comb(n, i) for i in range(min(better, worse) + 1)) / 2**n) if n else 1.0
-    return PairedChange(better, worse, len(right[0]), p)
+    return min(1.0, 2 * sum(comb(n, i) for i in range(min(better, worse) + 1)) / 2**n) if n else 1.0
 
 
 def greedy_beside_sampled(greedy: tuple[EvalReport, EvalReport], sampled: tuple[EvalReport, EvalReport],

@@ -66,6 +66,7 @@ LIMITS: dict[str, Limit] = {  # by the name of the option's destination, the rec
     "lora_alpha": Limit(int, 1, 65536, "LoRA scale; the presets use 2 x r"),
     "n_test": Limit(int, 1, 10**6, "held-out prompts"),
     "preflight_prompts": Limit(int, 0, 65536, "prompts the pre-flight samples; 0 skips it"),
+    "max_tool_calls": Limit(int, 1, 64, "tool calls a completion may make"),
     "samples": Limit(int, 0, 1024, "sampled completions a prompt; 0 for greedy only"),
     "seed": Limit(int, 0, 2**32 - 1, "a random seed"),
     "reward_model_weight": Limit(float, 0, 1000, "the reward model's weight beside the task's rewards",

@@ -16,7 +16,8 @@ from pathlib import Path
 from .distributed import is_main_process
 from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
-from .preflight_check import PreflightReport, fit_task, preflight, refit
+from .pool import PromptPool
+from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
 from .training import ADAPTER_DIR, build_trainer, train
 
@@ -121,6 +122,7 @@ class Run:
         self.report = RunReport(model=plan.model, task=task.name, preset=plan.preset.name, device=plan.hardware.device,
                                 smoke=smoke, budget_minutes=overrides.get("minutes"))
         self.preflight_report: PreflightReport | None = None
+        self.preflight_prompts: list = []
         self.before: EvalReport | None = None
         self.after: EvalReport | None = None
         self.trainer = None
@@ -128,6 +130,7 @@ class Run:
     def preflight(self, n_prompts: int = 32) -> PreflightReport:
         """Judge the run before training, and fit an open completion length (and brevity) and temperature to
         what it saw. A reward that scores nothing raises RewardError: a bug to fix, not a run to force."""
+        self.preflight_prompts = self.task.train["prompt"]  # the rows its per-prompt figures index
         report = judge_run(self.plan, self.task, self.model, self.tokenizer, n_prompts=n_prompts, seed=self.seed)
         self.task, notes = fit_task(self.task, report)
         self.preflight_report, self.report.own_task_defaults = report, notes
@@ -161,8 +164,11 @@ class Run:
     def build_trainer(self, **kwargs):
         """The trainer, with the task's length fixed (its own, the pre-flight's, or the preset's)."""
         self.task = self.task.for_preset(self.plan.preset)
+        settings = {**self.overrides, **kwargs}
+        if settings.get("prompt_pool") is True:
+            settings["prompt_pool"] = self.prompt_pool()
         self.trainer = build_trainer(self.model, self.tokenizer, self.task, preset=self.plan.preset,
-                                     output_dir=str(self.out), seed=self.seed, **{**self.overrides, **kwargs})
+                                     output_dir=str(self.out), seed=self.seed, **settings)
         args = self.trainer.args
         self.report.max_completion_length = self.task.max_completion_length
         self.report.config = {k: getattr(args, k) for k in (
@@ -171,6 +177,17 @@ class Run:
         self.report.config.update(lora_r=self.plan.preset.lora_r, lora_alpha=self.plan.preset.lora_alpha,
                                   patches=list(getattr(self.trainer, "rloo_kit_patches", [])))
         return self.trainer
+
+    def prompt_pool(self) -> PromptPool:
+        """A prompt pool over the training prompts, told which of them the pre-flight found flat in the setup it
+        trains (if one ran), so that the first steps already draw the prompts that teach."""
+        pool = PromptPool(self.task.train["prompt"], seed=self.seed)
+        report = self.preflight_report
+        if report is not None:
+            judged = report.trained.prompts
+            pool.seed([self.preflight_prompts[p.index] for p in judged],
+                      [p.spread <= SPREAD_EPS or p.pass_rate in (0.0, 1.0) for p in judged])
+        return pool
 
     def evaluate_before(self, *, reuse: bool = False) -> EvalReport:
         """Held-out answers of the model as it is (the adapter starts at zero: the base model): greedy, and

@@ -45,6 +45,7 @@ from .rewards import (
     unusable,
 )
 from .tasks import Task
+from .tools.protocol import final_message
 
 PROBE_FACTOR = 4  # sample up to this many times the completion length, to see what an uncut answer needs
 PROBE_CAP = 128  # ... but no further than this many tokens at first (the length proposals stay within it)
@@ -60,6 +61,8 @@ SAMPLING_GAP = 0.15  # greedy answers right on this much more of the prompts tha
 COLDER = (0.5, 0.3)  # the temperatures probed, in turn, when they are (FACTS: 0.3 turned 94% flat into 16%)
 ALIKE_SHARE = 0.5  # flat prompts whose K answers are one answer above this share: too cold, not too noisy
 PROBE_GAIN = 0.1  # a colder draw with this much less of its prompts flat shows that the flat ones were noise
+TOOL_UNUSED_SHARE = 0.02  # samples calling a tool below this share: the model does not use its tools
+TOOL_NEEDED_PASS_RATE = 0.2  # ... which blocks training where fewer of its answers than this are right without
 
 _log = logging.getLogger("rloo_kit")
 
@@ -68,7 +71,7 @@ _log = logging.getLogger("rloo_kit")
 class Problem:
     """One reason a run may not learn, in the health monitor's vocabulary."""
 
-    kind: str  # reward_collapse, sampling_noise, truncation, solved, unscored
+    kind: str  # reward_collapse, sampling_noise, truncation, solved, unscored, tool_unused
     message: str
     fix: str
     blocking: bool  # True: training as set up cannot learn; False: it can, worse than it could
@@ -177,6 +180,7 @@ class PreflightReport:
     held_against: Setup | None = field(default=None, repr=False)  # the setup whose samples the greedy answers faced
     lengths: list[int] = field(default_factory=list, repr=False)  # tokens of each sample up to probe_length
     examples: list[dict] = field(default_factory=list, repr=False)  # a few prompts with their K completions
+    tools: dict | None = None  # with tools: call_rate, valid_call_rate, calls of the main draw's rollouts
 
     @property
     def trained(self) -> Setup:
@@ -242,6 +246,10 @@ class PreflightReport:
                          + "; at ".join(f"temperature {s.temperature:g}: {s.pass_rate:.0%} right, "
                                         f"{s.flat_fraction:.0%} of prompts without spread" for s in probed)
                          + (f" ({self.held_against.max_completion_length} tokens)" if self.held_against else ""))
+        if self.tools is not None:
+            valid = self.tools["valid_call_rate"]
+            lines.append(f"  tools: {self.tools['call_rate']:.0%} of the samples call one"
+                         + (f", {valid:.0%} of the calls valid" if valid is not None else ""))
         sampled_colder = any(s.temperature != self.temperature for _, s in self._setups())
         for name, setup in self._setups():
             lines.append(f"  {name} {setup.headline(temperature=sampled_colder)}")
@@ -288,6 +296,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
                           "instead: --preflight-prompts 0 on the command line).")
     open_length = isinstance(dataset, Task) and dataset.max_completion_length is None and max_completion_length is None
     open_sampling = isinstance(dataset, Task) and dataset.temperature is None and temperature is None
+    tools = list(dataset.tools) if isinstance(dataset, Task) else []
     if isinstance(dataset, Task):
         task = dataset
         dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
@@ -301,7 +310,8 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     config = make_config(preset, output_dir="runs/preflight", save_strategy="no", **overrides)
     k, length = config.num_generations, config.max_completion_length
     limit = max(length, preset.max_seq_length // 2)  # the longest completion length a proposal may reach
-    probe = max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
+    # with tools a rollout is several turns, sampled as training samples it: to the completion length
+    probe = length if tools else max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
     funcs = [hub_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
              for f in guard(reward_funcs or [], patience=10**9)]
     validate_dataset(dataset, set().union(*map(required_columns, funcs)), name="dataset")
@@ -311,9 +321,10 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
 
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
-    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress)
+    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools)
     ids, widened_from = sample(probe), None
-    if _ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit:
+    if (_ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit
+            and not tools):
         widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
         _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
         ids = sample.extend(ids, widened_from, probe)
@@ -326,6 +337,7 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
         finished_within_probe=len(ended) / max(1, k * len(rows)), probe_length=probe, needed_lengths=_needed(ended),
         suggested_max_completion_length=suggestion, widened_from=widened_from,
         lengths=[len(s) for g in ids for s in g],
+        tools=sample.tool_figures,
         examples=[{"prompt": asked.prompts[i].prompt, "completions": judge.texts(length)[i * k:(i + 1) * k],
                    "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
     longer = min(suggestion, limit)
@@ -383,10 +395,12 @@ class _Sampler:
     """Draws K completions of every prompt in one batch (a CPU decodes a big batch for little more than a
     small one), saying every few seconds how far it got."""
 
-    def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool):
+    def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool, tools: list = ()):
         self.model, self.tokenizer, self.prompts, self.k, self.config, self.progress = (
             model, tokenizer, prompts, k, config, progress)
         self.eos = eos_token_ids(model, tokenizer)
+        self.tools = list(tools)
+        self.tool_figures: dict | None = None  # the first draw's, with tools
 
     def __call__(self, probe: int) -> list[list[list[int]]]:
         label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions"
@@ -419,11 +433,36 @@ class _Sampler:
     def _generate(self, prompts: list, label: str, temperature: float | None = None,
                   **kwargs) -> list[list[list[int]]]:
         c = self.config
-        return generate_ids(self.model, self.tokenizer, prompts, do_sample=True,
-                            temperature=c.temperature if temperature is None else temperature,
-                            top_p=c.top_p, top_k=c.top_k or None, min_p=c.min_p,
-                            repetition_penalty=c.repetition_penalty, batch_size=max(1, len(prompts)),
-                            progress=progress_lines(label) if self.progress else None, **kwargs)
+        settings = dict(do_sample=True, temperature=c.temperature if temperature is None else temperature,
+                        top_p=c.top_p, top_k=c.top_k or None, min_p=c.min_p, repetition_penalty=c.repetition_penalty,
+                        batch_size=max(1, len(prompts)))
+        ids = generate_ids(self.model, self.tokenizer, prompts, progress=progress_lines(label) if self.progress
+                           else None, **settings, **kwargs)
+        return self._with_tools(prompts, ids, settings, kwargs["max_new_tokens"]) if self.tools else ids
+
+    def _with_tools(self, prompts: list, ids: list, settings: dict, length: int) -> list[list[list[int]]]:
+        """Each sample finished with its tool calls, as training's rollouts are; the tokens of the whole rollout
+        (the judge scores its last message). The first draw's call figures are kept for the report."""
+        from .tools.rollout import roll_out, summary
+
+        k = len(ids[0])
+        flat = [p for p in prompts for _ in range(k)]
+        tok = self.tokenizer
+
+        def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
+            return [g[0] for g in generate_ids(self.model, tok, [flat[i] for i in rows], prefixes=begun,
+                                               max_new_tokens=length, **settings)]
+
+        rollouts = roll_out(more, [seq for group in ids for seq in group],
+                            lambda r: tok.decode(r, skip_special_tokens=True),
+                            lambda text: tok(text, add_special_tokens=False)["input_ids"], self.tools,
+                            max_length=length)
+        if self.tool_figures is None:
+            figures = summary(rollouts)
+            self.tool_figures = {"call_rate": figures["tools/call_rate"], "calls": figures["tools/calls"],
+                                 "valid_call_rate": None if figures["tools/valid_call_rate"] != figures[
+                                     "tools/valid_call_rate"] else figures["tools/valid_call_rate"]}
+        return [[r.ids for r in rollouts[i:i + k]] for i in range(0, len(rollouts), k)]
 
 
 class _Judge:
@@ -433,6 +472,7 @@ class _Judge:
         self.tokenizer, self.eos, self.ids, self.rows, self.match, self.k = (
             tokenizer, sampler.eos, ids, rows, match, sampler.k)
         self.prompts, self.picked, self.temperature = sampler.prompts, picked, sampler.config.temperature
+        self.tools = sampler.tools
         self.columns = {c: [v for v in picked[c] for _ in range(self.k)] for c in picked.column_names if c != "prompt"}
         self.totals: dict[int, np.ndarray] = {}
         self._texts: dict[int, list[str]] = {}
@@ -458,8 +498,10 @@ class _Judge:
         return self.picked["labels"] if "labels" in self.picked.column_names else None
 
     def texts(self, length: int) -> list[str]:
+        """The samples cut at `length` tokens, as the rewards read them (with tools: the last message)."""
         if length not in self._texts:
-            self._texts[length] = self.decode(seq[:length] for group in self.ids for seq in group)
+            texts = self.decode(seq[:length] for group in self.ids for seq in group)
+            self._texts[length] = [final_message(t) for t in texts] if self.tools else texts
         return self._texts[length]
 
     def __call__(self, length: int, funcs: list, weights: list[float]) -> Setup:
@@ -518,6 +560,8 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
                 "Make it return one float per completion (None only where it does not apply), and try it by hand "
                 "on a few completions: the pre-flight report's examples (`report.examples`, or `examples` in "
                 "`rloo-kit preflight --json`).", blocking=nothing))
+    if report.tools is not None and report.tools["call_rate"] < TOOL_UNUSED_SHARE:
+        problems.append(_tool_unused(report, setup))
     g, temp, length = report.num_generations, setup.temperature, setup.max_completion_length
     names = {r.name for r in setup.rewards}
     # flat because right in all K samples, not because wrong or cut: the model already knows these prompts
@@ -574,6 +618,20 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
             f"{report.finished_within_probe:.0%} end within {report.probe_length}.",
             _length_fix(report, length, names), blocking=False))
     return problems
+
+
+def _tool_unused(report: PreflightReport, setup: Setup) -> Problem:
+    """The model (almost) never writes a call: RLOO cannot reinforce a call it never samples. Blocking where it
+    gets few answers right without one, as it would train in vain."""
+    alone = setup.pass_rate is not None and setup.pass_rate < TOOL_NEEDED_PASS_RATE
+    right = f" and {setup.pass_rate:.0%} of its answers are right without one" if setup.pass_rate is not None else ""
+    return Problem(
+        "tool_unused", f"The model called a tool in {report.tools['call_rate']:.0%} of "
+        f"{len(setup.prompts) * report.num_generations} samples{right}: RLOO reinforces calls it samples, and it "
+        "samples almost none.",
+        "Show the call in the prompt (with_tools(task, tools, example=...): a worked example of the task itself, "
+        "call, result and answer), ask for the tool in the question's own words, or warm the model up on a "
+        "handful of worked examples with TRL's SFTTrainer; then run the pre-flight again.", blocking=alone)
 
 
 def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem | None:

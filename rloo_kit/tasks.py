@@ -43,6 +43,7 @@ class Task:
     max_completion_length: int | None = None
     temperature: float | None = None
     validation: Dataset | None = None  # rows carved from train to choose the best step (`carve_validation`)
+    tools: tuple = ()  # `rloo_kit.tools.Tool`s the model may call in training and evaluation (`tools.with_tools`)
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed, e.g. task.replace(max_completion_length=48)."""
@@ -127,7 +128,8 @@ class Task:
                                          list(self.reward_funcs), **self._eval_settings(kwargs))
 
     def _eval_settings(self, kwargs: dict) -> dict:
-        return {"match": self.match, "max_new_tokens": self.max_completion_length or DEFAULT_EVAL_LENGTH, **kwargs}
+        return {"match": self.match, "max_new_tokens": self.max_completion_length or DEFAULT_EVAL_LENGTH,
+                "tools": self.tools, **kwargs}
 
 
 def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int | None = None,

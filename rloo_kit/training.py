@@ -13,7 +13,7 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -31,10 +31,13 @@ from .distributed import barrier, is_main_process, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
 from .models import attach_lora, require_adapter
 from .notebook.live import attach_live_view
-from .patches import patch_before_trainer, patch_trainer
+from .patches import allowed, patch_before_trainer, patch_trainer
+from .patches.private import load_checkpoint
+from .pool import PoolCallback, PromptPool
 from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
 from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
+from .tools import MAX_CALLS, as_tools
 
 log = logging.getLogger("rloo_kit")
 
@@ -49,7 +52,8 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
                   eval_dataset=None, live: bool = True, skip_patches: Collection[str] = (),
-                  minutes: float | None = None, **overrides) -> RLOOTrainer:
+                  minutes: float | None = None, prompt_pool: bool | PromptPool = False,
+                  tools: Sequence[Callable] = (), max_tool_calls: int = MAX_CALLS, **overrides) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
 
     `train_dataset` is a dataset (then pass `reward_funcs`) or a `tasks.Task`, whose train split,
@@ -64,6 +68,10 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     minutes: train for this long rather than for max_steps (which stays a cap when given), at a constant
     learning rate, keeping the best step by greedy accuracy on validation rows carved from the task's training
     rows (`budget.TimeBudget`, `trainer.time_budget`); needs a Task with answers.
+    prompt_pool: draw each step's prompts from a `pool.PromptPool` (True: a fresh one over the training prompts) that
+    rests prompts whose groups were flat, in place of TRL's uniform draw (`trainer.prompt_pool`); one process only.
+    tools: Python functions the model may call in its rollouts (a Task made with `tools.with_tools` brings its
+    own), at most `max_tool_calls` a completion; a tool's tokens weigh nothing in the loss (patch `tool_rollouts`).
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
     if minutes is not None:
@@ -85,6 +93,12 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     else:
         validate_rloo_fields(vars(config), preset.max_seq_length)
     funcs = guard(reward_funcs if reward_funcs is not None else [], strict=strict_rewards)
+    pool = PromptPool(train_dataset["prompt"], seed=config.seed) if prompt_pool is True else prompt_pool or None
+    if pool is not None:
+        try:
+            funcs = pool.recording(funcs, config.reward_weights or [1.0] * len(funcs))
+        except ValueError as e:
+            raise ConfigError(f"prompt_pool: {e}") from None
     validate_dataset(train_dataset, set().union(*map(required_columns, funcs)))
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
@@ -94,10 +108,13 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     # a budgeted run that memorises its training prompts stops: the rest of its minutes would not help
     monitor = HealthMonitor(stop_on=("memorisation",) if budget else ()) if monitor is True else monitor or None
     # the budget adds its measurement to a step's log before the monitor reads it
+    kit_callbacks = [budget, PoolCallback(pool, config.output_dir) if pool else None, monitor]
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
-                          callbacks=[*([budget] if budget else []), *([monitor] if monitor else []), *callbacks])
-    trainer.time_budget = budget
+                          callbacks=[*filter(None, kit_callbacks), *callbacks])
+    trainer.time_budget, trainer.prompt_pool = budget, pool
+    trainer.kit_tools = as_tools(tools) if tools else list(task.tools) if task is not None else []
+    trainer.max_tool_calls = max_tool_calls
     _use_base_as_reference(trainer.model)
     patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches
     trainer.health_monitor = monitor
@@ -148,8 +165,8 @@ def train(trainer: RLOOTrainer, *, resume: bool = False):
     """
     out = Path(trainer.args.output_dir)
     checkpoint = latest_checkpoint(out) if resume else None
-    if checkpoint is not None and _finished(trainer, checkpoint):
-        return _finish_from(trainer, checkpoint)
+    if checkpoint is not None and _finished(trainer, checkpoint) and allowed("load_checkpoint"):
+        return _finish_from(trainer, checkpoint)  # else transformers' own resume: one step past max_steps
     if resume and is_main_process():
         log.warning("Resuming from %s.", checkpoint) if checkpoint else log.warning(
             "No checkpoint in %s to resume from (a run stopped before its first checkpoint has learned nothing worth "
@@ -198,7 +215,7 @@ def _finish_from(trainer: RLOOTrainer, checkpoint: Path) -> TrainOutput:
     """Resuming a finished run: no step to take. The checkpoint's adapter and state become the trainer's,
     and the adapter is (re)written to `output_dir/adapter`, as at the end of `train`."""
     trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
-    trainer._load_from_checkpoint(str(checkpoint))  # what trainer.train(resume_from_checkpoint=...) loads
+    load_checkpoint(trainer, checkpoint)  # what trainer.train(resume_from_checkpoint=...) loads
     out = Path(trainer.args.output_dir)
     trainer.save_model(str(out / ADAPTER_DIR))
     barrier()

@@ -40,3 +40,18 @@ def test_roofline_replays_each_phases_matmuls(tiny_model_dir, dtype, monkeypatch
     seconds = matmul_seconds(model, shapes, lora_r=4, packed=packed, legacy=dtype == "float32", repeats=1)
     assert set(seconds) == {"generate_prefill", "generate_decode", "reference_fwd", "policy_fwd", "backward"}
     assert all(s > 0 for s in seconds.values())
+
+
+def test_sample_efficiency_pairs_arms_by_seed(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from sample_efficiency import paired, row
+
+    runs = [{"task": "t", "arm": arm, "seed": s, "before": 0.4, "after": after, "steps": 10, "minutes": 1.0,
+             "spread_groups_per_minute": 5.0}
+            for s, (plain, pool) in enumerate([(0.5, 0.6), (0.5, 0.7), (0.6, 0.7)])
+            for arm, after in (("plain", plain), ("pool", pool))]
+    d = paired(runs, "t", "pool")
+    assert d["n"] == 3 and abs(d["mean"] - 0.4 / 3) < 1e-9 and 0 < d["low"] <= d["mean"] <= d["high"]
+    assert d["p"] == 0.25  # 3 of 3 better: 2 / 2**3
+    assert "| t | pool | 3 | 0.40 -> 0.67 | +0.267 | +0.133 [" in row(runs, "t", "pool")
+    assert paired(runs, "t", "double") == {"n": 0}

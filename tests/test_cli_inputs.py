@@ -147,7 +147,7 @@ NUMERIC_OPTIONS = {  # command (with what it needs besides): its numeric options
     ("train", "--task", "arithmetic"): ("--max-steps", "--minutes", "--save-steps", "--batch-size", "--num-generations",
                                         "--max-completion-length", "--beta", "--temperature", "--learning-rate",
                                         "--lora-r", "--lora-alpha", "--n-test", "--preflight-prompts", "--seed",
-                                        "--reward-model-weight"),
+                                        "--reward-model-weight", "--max-tool-calls"),
     ("preflight", "--task", "arithmetic"): ("--num-generations", "--max-completion-length", "--temperature",
                                             "--learning-rate", "--n-test", "--preflight-prompts"),
     ("eval", "--adapter", "no/adapter"): ("--n-test", "--samples", "--max-new-tokens", "--temperature"),

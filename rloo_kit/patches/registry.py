@@ -125,4 +125,21 @@ PATCHES: tuple[Patch, ...] = (
                    "ipykernel.kernelbase.Kernel.shell_channel_thread"), tested={"ipykernel": "==7.4.*"},
           tests=("tests/test_browser.py::test_stop_button_stops_a_run_and_keeps_the_adapter",),
           apply=None, phase="live", devices=None, when="the live view's widget in a Jupyter kernel"),
+    Patch("prompt_pool", "the training prompts drawn by the kit's prompt pool (`rloo_kit.pool`), which rests prompts "
+          "whose groups were flat, in place of TRL's uniform RepeatSampler (the trainer's `_get_train_sampler` "
+          "rebound on the instance); only where the run asks for the pool",
+          targets=(f"{RLOO}._get_train_sampler", f"{RLOO}().num_generations", f"{RLOO}().num_iterations"),
+          tested=TRL, tests=("tests/test_pool.py::test_the_pool_sampler_keeps_trls_sampler_contract",
+                             "tests/test_pool.py::test_a_pooled_run_trains_and_its_pool_resumes"),
+          apply="rloo_kit.patches.pool_sampler:use_prompt_pool", devices=None, when="prompt_pool=True, one process",
+          asked_by="prompt_pool"),
+    Patch("tool_rollouts", "rollouts that call tools (`rloo_kit.tools`): after TRL's first turn each call is run and "
+          "sampling goes on; a tool's tokens weigh 0 in the old log-probs, the KL and the loss (four of RLOOTrainer's "
+          "private methods rebound on the instance, the log-prob pass outermost)",
+          targets=(f"{RLOO}._generate", f"{RLOO}._generate_single_turn", f"{RLOO}._generate_and_score_completions",
+                   f"{RLOO}._compute_loss", f"{RLOO}._get_per_token_logps_and_entropies", f"{RLOO}()._metrics"),
+          tested=TRL, tests=("tests/test_tools.py::test_without_calls_a_step_is_trls_step",
+                             "tests/test_tools.py::test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results"),
+          apply="rloo_kit.patches.tool_rollouts:use_tool_rollouts", devices=None, when="tools given",
+          asked_by="kit_tools"),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from ..errors import RewardError
+from ..user_files import function_from_file
 from .answers import accepted_answers
 from .guard import RewardFunc, _check_length, _is_number
 
@@ -15,32 +16,18 @@ def from_file(spec: str) -> tuple[RewardFunc, float]:
     """A reward function from a local Python file, as the command line names it: 'PATH.py:NAME' or
     'PATH.py:NAME:WEIGHT' (weight 1.0 by default). Only a file on this machine is read: never a URL or
     a hub id, since the file runs as code."""
-    import importlib.util
-    from pathlib import Path
-
     parsed = re.fullmatch(r"(?P<path>.+\.py):(?P<name>[A-Za-z_]\w*)(?::(?P<weight>[^:]+))?", spec)
     if parsed is None:
         raise RewardError(f"--reward '{spec}': write it as PATH.py:FUNCTION or PATH.py:FUNCTION:WEIGHT, e.g. "
                           "my_rewards.py:has_units:0.5.")
-    path, name, weight = Path(parsed["path"]).expanduser(), parsed["name"], parsed["weight"] or "1"
-    if "://" in parsed["path"] or not path.is_file():
-        raise RewardError(f"--reward '{spec}': '{parsed['path']}' is not a file on this machine. Rewards are read "
-                          "from local .py files only.")
+    weight = parsed["weight"] or "1"
     try:
         value = float(weight)
     except ValueError:
         raise RewardError(f"--reward '{spec}': the weight '{weight}' is not a number.") from None
-    module_spec = importlib.util.spec_from_file_location(f"rloo_kit_user_rewards.{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:
-        raise RewardError(f"--reward '{spec}': importing {path} raised {type(e).__name__}: {e}") from e
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise RewardError(f"--reward '{spec}': {path} has no function '{name}'. It has: {', '.join(found) or 'none'}.")
+    fn = function_from_file(spec, parsed["path"], parsed["name"], RewardError, "--reward")
     return fn, value
+
 
 def check_on_rows(fn: RewardFunc, rows: list[dict], name: str | None = None) -> None:
     """Call a reward on a few dataset rows, their answers standing in for completions, and refuse it in

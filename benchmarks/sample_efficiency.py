@@ -1,0 +1,126 @@
+"""Does the prompt pool make every step teach? Each task is trained as a user trains it (`rloo-kit train`, the
+task's own flags), for the same wall time in every arm (`--minutes M`), each arm in its own process, arms of
+one seed run back to back so that they share the machine's state:
+
+- plain:  the CLI's defaults (TRL draws prompts uniformly);
+- pool:   `--prompt-pool` (flat prompts rested, seeded by the pre-flight);
+- double: twice the prompts per step (`--batch-size` 2x the preset's), the honest control: more rollouts a
+          step also means more groups with spread.
+
+Reported per task and arm: held-out accuracy before and after (the kept, best-validation adapter), the
+paired difference arm - plain over seeds with a bootstrap 95% interval and the sign test over seeds, steps
+taken, and groups with spread that reached the loss per minute (from the run's logs: (1 - TRL's
+frac_reward_zero_std) x prompts a step). Adopt an arm as the default only if it wins with an interval that
+excludes 0 and costs no task more than one held-out prompt on average.
+
+    .venv/bin/python benchmarks/sample_efficiency.py [--tasks demo word_sums] [--seeds 0 1 2 3 4] [--minutes 3]
+        [--arms plain pool double] [--reuse]
+
+Writes benchmarks/results/sample-efficiency.{json,md}; runs live in runs/bench-efficiency/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import REPO, load_note, stamp, write
+from sampling_fit import CASES, held_out_right
+
+RUNS = REPO / "runs" / "bench-efficiency"
+ARMS = {"plain": [], "pool": ["--prompt-pool"], "double": ["--batch-size", "{double}"]}
+COMPLETIONS_PER_STEP = 8  # the cpu preset's per_device_train_batch_size, which "double" doubles
+BOOTSTRAP = 2000
+
+
+def run(task: str, arm: str, seed: int, minutes: float, reuse: bool) -> dict:
+    out = RUNS / f"{task}-{arm}-s{seed}"
+    flags = [f.format(double=2 * COMPLETIONS_PER_STEP) for f in ARMS[arm]]
+    cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *CASES[task][1], "--output-dir", str(out), "--minutes",
+           str(minutes), "--seed", str(seed), "--force", "--overwrite", *flags]
+    start = time.time()
+    if not reuse:
+        shutil.rmtree(out, ignore_errors=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        print(f"== {task} {arm} seed {seed} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
+              f"{done.stdout[-2000:]}{done.stderr[-1000:]}", flush=True)
+    m = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
+    config = m.get("config") or {}
+    return {"task": task, "arm": arm, "seed": seed, "before": m.get("accuracy_before"),
+            "after": m.get("accuracy_after"), "steps": m.get("steps"), "minutes": m.get("minutes"),
+            "kept_step": (m.get("validation") or {}).get("kept_step"),
+            "spread_groups_per_minute": _spread_per_minute(out, config, m.get("minutes")),
+            "right_after": held_out_right(out / "evaluation_after.json"),
+            "command": " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")}
+
+
+def _spread_per_minute(out: Path, config: dict, minutes: float | None) -> float | None:
+    """Groups with spread in their rewards that reached the loss, per minute of training, from the last
+    checkpoint's log (TRL logs the share of groups without spread each step)."""
+    states = sorted(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    if not states or not minutes or not config.get("num_generations"):
+        return None
+    prompts = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"] // config["num_generations"]
+    logs = [h for h in json.loads(states[-1].read_text())["log_history"] if "frac_reward_zero_std" in h]
+    return round(sum((1 - h["frac_reward_zero_std"]) * prompts for h in logs) / minutes, 2)
+
+
+def paired(runs: list[dict], task: str, arm: str) -> dict:
+    """arm - plain, held-out accuracy after, paired by seed: mean, bootstrap 95% interval, sign test."""
+    from rloo_kit.evaluation import sign_test
+
+    by_seed = {r["seed"]: r for r in runs if r["task"] == task and r["arm"] == "plain" and r["after"] is not None}
+    diffs = [r["after"] - by_seed[r["seed"]]["after"] for r in runs
+             if r["task"] == task and r["arm"] == arm and r["after"] is not None and r["seed"] in by_seed]
+    if not diffs:
+        return {"n": 0}
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(BOOTSTRAP))
+    low, high = means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]
+    return {"n": len(diffs), "mean": statistics.fmean(diffs), "low": low, "high": high,
+            "p": sign_test(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))}
+
+
+def row(runs: list[dict], task: str, arm: str) -> str:
+    mine = [r for r in runs if r["task"] == task and r["arm"] == arm and r["after"] is not None]
+    if not mine:
+        return f"| {task} | {arm} | not measured | | | | | |"
+    gains = [r["after"] - r["before"] for r in mine]
+    per_min = [r["spread_groups_per_minute"] for r in mine if r["spread_groups_per_minute"] is not None]
+    d = paired(runs, task, arm) if arm != "plain" else {"n": 0}
+    vs = ("-" if arm == "plain" else "not paired" if not d["n"] else
+          f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], p = {d['p']:.2g}")
+    spread = f"{statistics.fmean(per_min):.1f}" if per_min else "-"
+    return (f"| {task} | {arm} | {len(mine)} | {statistics.fmean(r['before'] for r in mine):.2f} -> "
+            f"{statistics.fmean(r['after'] for r in mine):.2f} | {statistics.fmean(gains):+.3f} | {vs} | "
+            f"{statistics.fmean(r['steps'] for r in mine):.0f} | {spread} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", nargs="+", default=["demo", "word_sums", "animal_or_colour", "reverse_letters"],
+                    choices=list(CASES))
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    ap.add_argument("--minutes", type=float, default=3.0)
+    ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-efficiency")
+    args = ap.parse_args()
+    runs = [run(task, arm, seed, args.minutes, args.reuse)
+            for task in args.tasks for seed in args.seeds for arm in args.arms]
+    table = ["| task | arm | seeds | held-out before -> after (mean) | gain | after: arm - plain, paired by seed "
+             "[bootstrap 95%], sign test | steps | groups with spread / min |", "|---|---|---|---|---|---|---|---|"]
+    table += [row(runs, task, arm) for task in args.tasks for arm in args.arms]
+    result = {**stamp(), "minutes": args.minutes, "runs": runs}
+    write("sample-efficiency", result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
+
+
+if __name__ == "__main__":
+    main()

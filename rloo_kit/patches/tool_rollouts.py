@@ -1,0 +1,96 @@
+"""Patch `tool_rollouts`: TRL's RLOOTrainer (1.15) samples one turn and has no tools, so the kit rebinds four of
+its private methods on the one trainer that was given tools (`trainer.kit_tools`):
+
+- `_generate`: after TRL's first turn, `tools.rollout.roll_out` runs the calls and samples on through
+  `_generate_single_turn` (the kit's CPU sampler where it applies); the rewards read the last message;
+- `_generate_and_score_completions`: the batch carries `tool_weights` (0 on a tool's tokens, 1 elsewhere), which
+  TRL's shuffling and splitting carry with every other tensor;
+- `_get_per_token_logps_and_entropies` (outermost, after the kit's own rebinding of it): each token's log-prob and
+  entropy times its weight, so a tool's tokens weigh nothing in the old log-probs, the KL term and the loss,
+  while the model still attends to them;
+- `_compute_loss`: hands the step's slice of `tool_weights` to the log-prob pass.
+
+RLOO's objective is untouched: rewards, the leave-one-out advantage and the KL-in-reward are TRL's. Where no
+tool is called every weight is 1 and the step is TRL's, sample for sample (tests/test_tools.py).
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from ..errors import ConfigError
+from ..tools.rollout import answer_text, roll_out, summary
+
+
+def use_tool_rollouts(trainer) -> bool:
+    """Install the rollout with tools on `trainer` when it has `kit_tools`; False (declined) when it has none."""
+    tools = getattr(trainer, "kit_tools", None)
+    if not tools:
+        return False
+    if getattr(trainer, "use_vllm", False):
+        raise ConfigError("Tools run with transformers' generation only: drop --vllm (use_vllm) for a run with tools.")
+    tok = trainer.processing_class
+    decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731 -- as TRL decodes completions
+    encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    first_turn, single_turn = trainer._generate, trainer._generate_single_turn
+    score, loss, per_token = (trainer._generate_and_score_completions, trainer._compute_loss,
+                              trainer._get_per_token_logps_and_entropies)
+    weights: dict[str, object] = {"batch": None, "step": None}
+
+    def generate(self, prompts: list):
+        prompt_ids, completion_ids, completions = first_turn(prompts)
+        def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
+            return single_turn([list(prompt_ids[i]) + b for i, b in zip(rows, begun, strict=True)], None, {})
+
+        rollouts = roll_out(more, completion_ids, decode, encode, tools, max_calls=self.max_tool_calls,
+                            max_length=self.args.max_completion_length)
+        weights["batch"] = [r.weights for r in rollouts]
+        texts = [answer_text(r, decode) for r in rollouts]
+        conversational = not isinstance(completions[0], str)
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for key, value in summary(rollouts).items():
+            if value == value:  # NaN (no call to judge) is left out of the step's mean
+                metrics[key].append(value)
+        return prompt_ids, [r.ids for r in rollouts], (
+            [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts)
+
+    def generate_and_score(self, inputs):
+        out = score(inputs)
+        out["tool_weights"] = _padded(weights["batch"], out["completion_ids"].shape[1], out["completion_ids"].device)
+        weights["batch"] = None
+        return out
+
+    def compute_loss(self, model, inputs):
+        weights["step"] = inputs.get("tool_weights")
+        try:
+            return loss(model, inputs)
+        finally:
+            weights["step"] = None
+
+    def per_token_logps(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        out = per_token(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        w = weights["step"]
+        if w is None and weights["batch"] is not None and len(weights["batch"]) == input_ids.shape[0]:
+            w = _padded(weights["batch"], logits_to_keep, input_ids.device)
+        if w is None or w.shape != out[0].shape:
+            return out
+        w = w.to(out[0].dtype)
+        return (out[0] * w, None if out[1] is None else out[1] * w, *out[2:])
+
+    for name, fn in (("_generate", generate), ("_generate_and_score_completions", generate_and_score),
+                     ("_compute_loss", compute_loss), ("_get_per_token_logps_and_entropies", per_token_logps)):
+        setattr(trainer, name, types.MethodType(fn, trainer))
+    return True
+
+
+def _padded(rows: list[list[int]] | None, width: int, device) -> torch.Tensor | None:
+    """The per-token weights as a (rows, width) tensor, padded with 1 on the right (padding is masked by TRL's
+    completion mask anyway) and cut to `width`."""
+    if rows is None:
+        return None
+    out = torch.ones(len(rows), width, device=device)
+    for i, row in enumerate(rows):
+        out[i, :min(width, len(row))] = torch.tensor(row[:width], dtype=out.dtype)
+    return out
