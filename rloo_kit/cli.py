@@ -247,7 +247,7 @@ def cmd_train(args) -> int:
     if args.tools:
         overrides["max_tool_calls"] = args.max_tool_calls
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
-                 force=args.force, seed=seed, **overrides)
+                 force=args.force, seed=seed, warm_up=args.tool_warm_start if args.tools else 0, **overrides)
     if not report.trained:
         print(f"Not training: the pre-flight says the run that would be trained cannot learn "
               f"({', '.join(report.preflight['problems'])}); the fixes are above, and --force trains anyway. The model "
@@ -454,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--reward-model's score at this weight (e.g. 0.5)")
         sp.add_argument("--max-tool-calls", type=int, default=3, help="tool calls a completion may make, with "
                         "--tools: the cap that ends a runaway loop")
+        sp.add_argument("--tool-warm-start", type=int, default=0, metavar="N", help="with --tools, where the "
+                        "pre-flight finds the model never calls them: warm it up first on N worked examples from the "
+                        "training rows (TRL's SFTTrainer; 16 taught SmolLM2-135M the calculator), then judge again")
         sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
         sp.add_argument("--seed", type=int, help="seeds the pre-flight's draw, the held-out split and training "
                         "(default: 0)")

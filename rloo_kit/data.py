@@ -72,6 +72,30 @@ def arithmetic_task(*, n_train: int = 2000, n_test: int = N_TEST, max_operand: i
                        test=Dataset.from_dict(rows(test)))
 
 
+def products_task(*, n_train: int = 400, n_test: int = N_TEST, seed: int = 0) -> DatasetDict:
+    """'What is 127 * 48?' (three digits by two, which a small model cannot multiply in its head) beside 'What is
+    12 + 7?' (sums it can), half and half: the task notebook 05 gives a calculator. Held-out questions (and their
+    commuted twins) never appear in training."""
+    rng = random.Random(seed)
+
+    def question(i: int) -> tuple[int, str, int]:
+        return (rng.randint(100, 999), "*", rng.randint(10, 99)) if i % 2 == 0 else (rng.randint(1, 20), "+",
+                                                                                    rng.randint(1, 20))
+
+    def rows(items: list[tuple[int, str, int]]) -> dict:
+        return {"prompt": [chat_prompt(f"What is {a} {op} {b}?") for a, op, b in items],
+                "answer": [str(_OPS[op](a, b)) for a, op, b in items]}
+
+    test = list(dict.fromkeys(question(i) for i in range(n_test)))
+    held = {_question_key(*q) for q in test}
+    train: list[tuple[int, str, int]] = []
+    while len(train) < n_train:
+        q = question(len(train))
+        if _question_key(*q) not in held:
+            train.append(q)
+    return DatasetDict(train=Dataset.from_dict(rows(train)), test=Dataset.from_dict(rows(test)))
+
+
 def _question_key(a: int, op: str, b: int) -> tuple:
     """One key for a question and its commuted twin (3 + 4 and 4 + 3), which a model answers alike."""
     return (min(a, b), op, max(a, b)) if op in ("+", "*") else (a, op, b)

@@ -67,6 +67,7 @@ LIMITS: dict[str, Limit] = {  # by the name of the option's destination, the rec
     "n_test": Limit(int, 1, 10**6, "held-out prompts"),
     "preflight_prompts": Limit(int, 0, 65536, "prompts the pre-flight samples; 0 skips it"),
     "max_tool_calls": Limit(int, 1, 64, "tool calls a completion may make"),
+    "tool_warm_start": Limit(int, 0, 10**5, "worked examples to warm a model up on; 0: none"),
     "samples": Limit(int, 0, 1024, "sampled completions a prompt; 0 for greedy only"),
     "seed": Limit(int, 0, 2**32 - 1, "a random seed"),
     "reward_model_weight": Limit(float, 0, 1000, "the reward model's weight beside the task's rewards",

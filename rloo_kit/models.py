@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +19,10 @@ from .patches import patch_model
 from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
 from .sources import ALIASES, DEFAULT_MODEL, resolve_source
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 def unsloth_available() -> bool:
     return importlib.util.find_spec("unsloth") is not None
@@ -25,13 +30,19 @@ def unsloth_available() -> bool:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None = None, backend: str = "auto",
                load_in_4bit: bool | None = None, max_seq_length: int | None = None,
-               trust_remote_code: bool = False):
-    """Load a causal LM and its tokenizer, ready for LoRA: returns (model, tokenizer).
+               trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer, ready for LoRA.
 
-    backend: "unsloth" (FastLanguageModel; fastest on a GPU), "transformers" (+ bitsandbytes NF4
-    when 4-bit; runs on CPU too), or "auto" (Unsloth when a GPU and Unsloth are both present).
-    load_in_4bit and max_seq_length default to the preset's (the hardware's preset when None).
-    Safetensors only; remote code only when the caller sets trust_remote_code=True.
+    Args:
+        name_or_path: a hub id, a local directory, a .gguf file or an alias (`sources.ALIASES`).
+        preset: its load settings (4-bit, sequence length); the hardware's preset when None.
+        backend: "unsloth" (FastLanguageModel; fastest on a GPU), "transformers" (+ bitsandbytes NF4 when 4-bit;
+            runs on CPU too), or "auto" (Unsloth when a GPU and Unsloth are both present).
+        load_in_4bit, max_seq_length: the preset's when None.
+        trust_remote_code: False unless you have read the model's code; safetensors only either way.
+
+    Returns:
+        (model, tokenizer), the tokenizer with a pad token.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"Unknown backend '{backend}'. Use one of: {', '.join(BACKENDS)}.")
@@ -106,12 +117,18 @@ def _explain_load_failure(name: str, source: str, err: OSError) -> Exception:
 
 def attach_lora(model, *, preset: str | Preset | None = None, r: int | None = None, alpha: int | None = None,
                 target_modules: tuple[str, ...] | list[str] | str | None = None, dropout: float = 0.0,
-                seed: int = 42):
+                seed: int = 42) -> PeftModel:
     """Wrap the model with a fresh LoRA adapter (B = 0, so it starts equal to the base model).
 
-    r, alpha and target modules default to the preset's (the hardware's preset when None, as in
-    `load_model`). Unsloth models get Unsloth's own
-    `get_peft_model`; others get PEFT's, after `prepare_model_for_kbit_training` when 4-bit.
+    Args:
+        model: a model from `load_model`. Unsloth models get Unsloth's own `get_peft_model`; others get PEFT's,
+            after `prepare_model_for_kbit_training` when 4-bit.
+        preset: where r, alpha and the target modules come from when not given (the hardware's when None).
+        r, alpha, target_modules, dropout: LoRA's settings ("all-linear" targets every linear layer).
+        seed: the adapter's initialisation.
+
+    Returns:
+        The PEFT model, its adapter trainable.
     """
     p = resolve_preset(preset)
     r, alpha = r or p.lora_r, alpha or p.lora_alpha
@@ -149,8 +166,17 @@ def save_adapter(model, tokenizer, out_dir: str | Path) -> Path:
     return out
 
 
-def load_adapter(model, adapter_dir: str | Path, *, trainable: bool = False):
-    """Put a saved adapter on a loaded base model."""
+def load_adapter(model, adapter_dir: str | Path, *, trainable: bool = False) -> PeftModel:
+    """Put a saved adapter on a loaded base model.
+
+    Args:
+        model: the base model the adapter was trained on (its adapter_config.json names it).
+        adapter_dir: a directory with adapter_config.json and safetensors weights.
+        trainable: True to train it further.
+
+    Returns:
+        The PEFT model; `with model.disable_adapter():` gives the base model back without a second load.
+    """
     from peft import PeftModel
 
     require_adapter(adapter_dir)

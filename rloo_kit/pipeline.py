@@ -14,11 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .distributed import is_main_process
-from .errors import RunRefused
+from .errors import ConfigError, RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
 from .pool import PromptPool
 from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
+from .tools import warm_start, worked_examples
+from .tools.warmup import WARM_EPOCHS
 from .training import ADAPTER_DIR, build_trainer, train
 
 log = logging.getLogger("rloo_kit")
@@ -26,6 +28,7 @@ METRICS = "metrics.json"
 BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --resume reuses
 AFTER = "evaluation_after.json"  # the adapter's held-out answers, to read beside them
 FIT = "fit.json"  # the length (and brevity) and temperature the pre-flight chose, which --resume trains again
+WARM_DIR = "warmup"  # inside output_dir: the tool warm-start's SFT run
 SAMPLED = 2  # completions per held-out prompt sampled at the training temperature, beside the greedy answer
 
 
@@ -51,6 +54,7 @@ class RunReport:
     steps: int = 0
     minutes: float | None = None
     budget_minutes: float | None = None  # --minutes: trained for this long, the best validation step kept
+    warm_up: dict | None = None  # --tool-warm-start: the worked examples the model was warmed up on first
     validation: dict | None = None  # {"rows", "curve": [{"step", "minutes", "accuracy"}], "kept_step"}
     trained: bool = False
     adapter: str | None = None
@@ -154,6 +158,19 @@ class Run:
             raise RunRefused(f"The pre-flight says the run that would be trained cannot learn "
                              f"({', '.join(self.preflight_report.kinds())}); its fixes are above. Train anyway with "
                              "FORCE = True in the notebook, --force on the command line.")
+
+    def warm_up(self, examples: int, epochs: int = WARM_EPOCHS) -> None:
+        """Teach the call syntax to a model that never calls its tools (the pre-flight's `tool_unused`): `examples`
+        worked examples of the first tool that can demonstrate one, from the training rows, trained with TRL's
+        SFTTrainer into the run's adapter (`tools.warm_start`). RLOO's reference is then the warmed model."""
+        tool = next((t for t in self.task.tools if getattr(t.fn, "demonstrate", None)), None)
+        if tool is None:
+            raise ConfigError("A warm-start needs a tool that can show a worked call (a `demonstrate(question)` "
+                              "attribute, as the built-in calculator has): give one, or train without the warm-start.")
+        shown = worked_examples(self.task, tool, n=examples)
+        self.model = warm_start(self.model, self.tokenizer, shown, output_dir=str(self.out / WARM_DIR),
+                                preset=self.plan.preset, epochs=epochs, seed=self.seed)
+        self.report.warm_up = {"examples": len(shown), "epochs": epochs, "tool": tool.name}
 
     def refit(self) -> None:
         """A resumed run trains the setup its first attempt's pre-flight chose (recorded in fit.json)."""
@@ -271,13 +288,18 @@ class Run:
 
 
 def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, preflight_prompts: int = 32,
-        resume: bool = False, force: bool = False, seed: int = 0, **overrides) -> RunReport:
+        resume: bool = False, force: bool = False, seed: int = 0, warm_up: int = 0, **overrides) -> RunReport:
     """The whole run in one call, as `rloo-kit train` makes it: the pre-flight (skipped on resume and
     with preflight_prompts=0), accuracy before (reused on resume), training unless the pre-flight says the
-    trained setup cannot learn (force=True trains anyway), accuracy after, metrics.json."""
+    trained setup cannot learn (force=True trains anyway), accuracy after, metrics.json. warm_up=N: where the
+    pre-flight finds the model never calls the task's tools, N worked examples warm it up first (`Run.warm_up`)
+    and the pre-flight runs again."""
     r = Run(plan, task, model, tokenizer, output_dir=output_dir, seed=seed, **overrides)
     if preflight_prompts > 0 and not resume:
         r.preflight(preflight_prompts)
+        if warm_up and "tool_unused" in r.preflight_report.kinds():
+            r.warm_up(warm_up)
+            r.preflight(preflight_prompts)
         for note in r.report.own_task_defaults:
             print(f"own-task default: {note}", flush=True)
     if resume:

@@ -629,9 +629,10 @@ def _tool_unused(report: PreflightReport, setup: Setup) -> Problem:
         "tool_unused", f"The model called a tool in {report.tools['call_rate']:.0%} of "
         f"{len(setup.prompts) * report.num_generations} samples{right}: RLOO reinforces calls it samples, and it "
         "samples almost none.",
-        "Show the call in the prompt (with_tools(task, tools, example=...): a worked example of the task itself, "
-        "call, result and answer), ask for the tool in the question's own words, or warm the model up on a "
-        "handful of worked examples with TRL's SFTTrainer; then run the pre-flight again.", blocking=alone)
+        "Warm the model up on a handful of worked examples from the training rows before RLOO (--tool-warm-start "
+        "16 on the command line; rloo_kit.tools.warm_start, TRL's SFTTrainer), or show a worked call of the task "
+        "itself in the prompt (with_tools(task, tools, example=...)); then run the pre-flight again.",
+        blocking=alone)
 
 
 def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem | None:

@@ -12,11 +12,15 @@ import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError, ModelTooLargeError
 from .hardware import Hardware, detect_hardware
 from .limits import check_numbers
 from .memory import FIT_MARGIN, ModelShape, estimate_memory
+
+if TYPE_CHECKING:
+    from trl import RLOOConfig
 
 LORA_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -211,13 +215,20 @@ KIT_DEFAULTS = dict(logging_steps=1, report_to="none", save_strategy="steps", sa
 
 
 def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware: Hardware | None = None,
-                max_seq_length: int | None = None, **overrides):
+                max_seq_length: int | None = None, **overrides) -> RLOOConfig:
     """A `trl.RLOOConfig` from a preset, the kit's defaults, the device flags, then `overrides`.
 
-    Overrides are checked against the installed RLOOConfig: a misspelt field raises ConfigError
-    naming the closest real one. TRL checks the RLOO invariants (group size >= 2, a generation batch
-    of whole groups across all processes); its error comes back as ConfigError with the fix.
-    The kit adds one rule of its own: the completion must fit in the preset's sequence length.
+    Args:
+        preset: a preset's name or a Preset.
+        output_dir: where checkpoints go.
+        hardware: the machine to set device flags for (detected when None).
+        max_seq_length: the sequence length a completion must fit in (the preset's when None).
+        overrides: RLOOConfig fields. A misspelt one raises ConfigError naming the closest real one; every
+            number is checked against its range (`limits`).
+
+    Returns:
+        The config. TRL's own checks (group size >= 2, a generation batch of whole groups across all processes)
+        come back as ConfigError with the fix.
     """
     from trl import RLOOConfig
 
@@ -229,7 +240,7 @@ def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware
                  for k in unknown]
         raise ConfigError(f"Unknown RLOOConfig field(s): {', '.join(hints)}. See `trl.RLOOConfig` for the list.")
     hw = hardware or detect_hardware()
-    fields = {**preset.rloo_fields(), **KIT_DEFAULTS, **_device_flags(hw, preset), **overrides}
+    fields = {**preset.rloo_fields(), **KIT_DEFAULTS, **device_flags(hw, preset), **overrides}
     validate_rloo_fields(fields, max_seq_length or preset.max_seq_length)
     try:
         return RLOOConfig(output_dir=output_dir, **fields)
@@ -237,7 +248,9 @@ def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware
         raise _explain_trl_error(e, fields) from e
 
 
-def _device_flags(hw: Hardware, preset: Preset) -> dict:
+def device_flags(hw: Hardware, preset: Preset) -> dict:
+    """The TrainingArguments flags a run on `hw` with `preset` takes: bf16/fp16 on a GPU; on a CPU, use_cpu and full
+    precision arguments (the kit's patches compute in bf16 where the CPU has it) and an optimizer without CUDA."""
     if hw.is_cuda:
         return {"bf16": hw.bf16, "fp16": not hw.bf16}
     # bitsandbytes' paged/8-bit optimizers need CUDA; gradient checkpointing only costs time on CPU

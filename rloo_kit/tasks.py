@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datasets import Dataset
 
 from .choices import TASKS
-from .data import N_TEST, arithmetic_task, load_gsm8k, load_local
+from .data import N_TEST, arithmetic_task, load_gsm8k, load_local, products_task
 from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
 from .hardware import Hardware, detect_hardware
@@ -24,6 +24,7 @@ from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
 log = logging.getLogger("rloo_kit")
 DEFAULT_EVAL_LENGTH = 256  # tokens, for a task evaluated before any preset fixed its length
+PRODUCTS_LENGTH = 48  # a calculator call, its result and a short answer
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
     for a right final number (1.0) and brevity (0.2), 16-token answers; accuracy counts the final number.
     SmolLM2-135M knows these sums but mostly talks about the numbers instead of answering: that behaviour
     is what a few minutes of RLOO on a CPU change. `template` rewords the question (see data.arithmetic_task).
+    products: 'What is 127 * 48?' beside 'What is 12 + 7?' (data.products_task), rewarded for a right final
+    number, 48-token answers: a task for a calculator (notebook 05, `--tools calculator`).
     gsm8k: grade-school word problems (hub, or a local jsonl/parquet as `path`), rewarded and scored
     on the final '#### N' answer.
     file: a local jsonl/json/csv/parquet with a prompt column and an answer column (names settable);
@@ -151,6 +154,9 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
     if name == "arithmetic":
         ds = arithmetic_task(n_train=n_train, n_test=N_TEST if n_test is None else n_test, seed=seed, template=template)
         return Task(name, ds["train"], ds["test"], (correct_answer, brevity()), (1.0, 0.2), "final", 16)
+    if name == "products":
+        ds = products_task(n_train=min(n_train, 400), n_test=N_TEST if n_test is None else n_test, seed=seed)
+        return Task(name, ds["train"], ds["test"], (correct_answer,), None, "final", PRODUCTS_LENGTH)
     if name == "gsm8k":
         data = load_gsm8k(path or "openai/gsm8k", **({"system_prompt": system_prompt} if system_prompt else {}))
     elif name == "file":

@@ -153,7 +153,7 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def train(trainer: RLOOTrainer, *, resume: bool = False):
+def train(trainer: RLOOTrainer, *, resume: bool = False) -> TrainOutput:
     """Run training; returns TRL's TrainOutput. The final adapter goes to `output_dir/adapter`.
 
     resume=True continues from the latest checkpoint in output_dir (adapter, optimizer, RNG and

@@ -238,7 +238,7 @@ def screenshot(page, name: str) -> None:
 
 
 @pytest.mark.parametrize("notebook,timeout", [("00_rloo_in_one_page", 300), ("02_troubleshooting", 1200),
-                                              ("04_reward_model", 1200)])
+                                              ("04_reward_model", 1200), ("05_tools", 900)])
 def test_notebook_runs_clean(lab, browser, notebook, timeout):
     """Run All in JupyterLab: every cell executed, no error output, the figures rendered."""
     name = parameterised(notebook, lab.root)

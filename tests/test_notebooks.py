@@ -17,9 +17,9 @@ EXECUTED = REPO / "build" / "notebooks"  # each executed copy, for the docs site
 slow = pytest.mark.slow  # each runs a notebook on the real default model
 
 
-def test_there_are_five_notebooks():
+def test_there_are_six_notebooks():
     assert [p.stem for p in NOTEBOOKS] == ["00_rloo_in_one_page", "01_train", "02_troubleshooting", "03_evaluation",
-                                           "04_reward_model"]
+                                           "04_reward_model", "05_tools"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -140,3 +140,14 @@ def test_04_reward_model(tmp_path, default_model_dir):
         assert 0.0 <= run_["gold_before"] <= 1.0 and run_["proxy_before"] is not None
     score = rloo_kit.load_reward_model(tmp_path / "reward_model")  # what the notebook wrote loads as a reward
     assert len(score(prompts=["Add 2 and 3."], completions=["5"])) == 1
+
+
+@slow
+def test_05_tools(tmp_path, default_model_dir):
+    """The default model never calls the calculator: the pre-flight says so, a warm-start teaches the syntax, and
+    RLOO trains with the tool loop (SMOKE: 2 steps); held-out figures carry the call rate before and after."""
+    m = run("05_tools", tmp_path)
+    assert m["steps"] == 2 and len(m["curve"]) == 2 and all("tools/call_rate" in c for c in m["curve"])
+    assert "tool_unused" in m["preflight"]["kinds"] or m["warmed_up"]
+    for side in ("before", "after"):
+        assert 0.0 <= m[side]["tools/call_rate"] <= 1.0 and m[side]["accuracy"] is not None

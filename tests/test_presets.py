@@ -36,10 +36,10 @@ def test_each_preset_builds_a_config(name, tmp_path):
 
 def test_gpu_flags_follow_bf16_support(tmp_path):
     # build the dict the config would get, without asking RLOOConfig to find a GPU here
-    from rloo_kit.presets import _device_flags
+    from rloo_kit.presets import device_flags
 
-    assert _device_flags(gpu(16, bf16=False), get_preset("t4-16gb")) == {"bf16": False, "fp16": True}
-    assert _device_flags(gpu(24), get_preset("24gb")) == {"bf16": True, "fp16": False}
+    assert device_flags(gpu(16, bf16=False), get_preset("t4-16gb")) == {"bf16": False, "fp16": True}
+    assert device_flags(gpu(24), get_preset("24gb")) == {"bf16": True, "fp16": False}
 
 
 def test_unknown_preset_lists_valid_ones():

@@ -7,7 +7,7 @@ import torch
 import rloo_kit
 from rloo_kit.errors import ConfigError
 from rloo_kit.patches.tool_rollouts import use_tool_rollouts
-from rloo_kit.tools import as_tools, calculator, instructions, roll_out, with_tools
+from rloo_kit.tools import as_tools, calculator, instructions, roll_out, warm_start, with_tools, worked_examples
 from rloo_kit.tools.protocol import final_message, find_call, run_call
 
 
@@ -208,7 +208,7 @@ def test_the_preflight_rolls_out_with_tools_and_names_a_tool_never_called(tiny_m
     report = rloo_kit.preflight(model, tok, task, preset="cpu", n_prompts=4, num_generations=2, progress=False)
     assert report.tools == {"call_rate": 0.0, "calls": 0.0, "valid_call_rate": None}
     (unused,) = [p for p in report.problems if p.kind == "tool_unused"]
-    assert unused.blocking and "0% of 8 samples" in unused.message and "SFTTrainer" in unused.fix
+    assert unused.blocking and "0% of 8 samples" in unused.message and "--tool-warm-start" in unused.fix
     assert "tools: 0% of the samples call one" in str(report)
 
 
@@ -246,3 +246,28 @@ def test_a_run_with_tools_through_the_command(tiny_model_dir, tmp_path):
     assert "tool_rollouts" in m["config"]["patches"]
     assert m["before"]["tools/call_rate"] == 0.0 and "tools/call_rate" in m["after"]
     assert f"{tools}:add" in (out / "recipe.yaml").read_text()  # the recipe runs it again with its tool
+
+
+def test_worked_examples_come_from_training_rows_and_give_their_answers():
+    task = with_tools(rloo_kit.load_task("products", n_train=40, n_test=4), [calculator])
+    shown = worked_examples(task, task.tools[0], n=6)
+    assert len(shown) == 6 and set(map(str, shown["prompt"])) <= set(map(str, task.train["prompt"]))
+    for prompt, completion in zip(shown["prompt"], shown["completion"], strict=True):
+        text = completion[0]["content"]
+        (a, op, b) = prompt[-1]["content"].removeprefix("What is ").rstrip("?").split()
+        answer = str(int(a) * int(b) if op == "*" else int(a) + int(b))
+        assert text == f'<tool>calculator("{a} {op} {b}")</tool><result>{answer}</result> The answer is {answer}.'
+    with pytest.raises(ValueError, match="demonstrate"):
+        worked_examples(task, as_tools([add])[0])
+
+
+@pytest.mark.heavy
+def test_a_warm_start_trains_the_adapter_on_the_completions(tiny_model_dir, tmp_path):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    model = rloo_kit.attach_lora(model, preset="cpu")
+    task = with_tools(rloo_kit.load_task("products", n_train=16, n_test=4), [calculator])
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    model = warm_start(model, tok, worked_examples(task, task.tools[0], n=4), output_dir=str(tmp_path), epochs=1,
+                       batch_size=4)
+    after = {n: p.detach() for n, p in model.named_parameters() if "lora_B" in n}
+    assert before.keys() == after.keys() and any(not torch.equal(before[n], after[n]) for n in before)

@@ -1,7 +1,8 @@
 """RLOO with tools: rollouts that call plain Python functions, a tool's tokens weighing nothing in the loss.
 
 `protocol`: how a call is written, parsed and run (`calculator` is one tool, ready to use); `rollout`: the loop
-that runs calls and samples on; `with_tools`: a task or dataset whose prompts tell the model its tools. The
+that runs calls and samples on; `warmup`: a few worked examples, trained with TRL's SFTTrainer, for a model that
+never calls; `with_tools`: a task or dataset whose prompts tell the model its tools. The
 trainer is TRL's own, given `tools=` through `rloo_kit.build_trainer` (the door's patch `tool_rollouts`).
 """
 
@@ -11,9 +12,10 @@ from collections.abc import Callable, Sequence
 
 from .protocol import Tool, as_tools, calculator, instructions
 from .rollout import MAX_CALLS, Rollout, roll_out
+from .warmup import warm_start, worked_examples
 
 __all__ = ["BUILT_IN", "MAX_CALLS", "Rollout", "Tool", "as_tools", "calculator", "instructions", "load_tools",
-           "roll_out", "tell_prompt", "with_tools"]
+           "roll_out", "tell_prompt", "warm_start", "with_tools", "worked_examples"]
 
 BUILT_IN = {"calculator": calculator}  # tools the command line names by name alone
 

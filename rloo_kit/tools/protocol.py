@@ -79,10 +79,11 @@ def instructions(tools: Sequence[Tool], example: str | None = None) -> str:
 def _example(tool: Tool) -> str:
     """A call of `tool` from its own attribute `example` ('calculator("12*34")'), else with placeholder values."""
     call = getattr(tool.fn, "example", None)
-    if call is None:
+    if call is None:  # placeholders show the form; they are not run
         params = tool.schema["function"].get("parameters", {}).get("properties", {})
         placeholder = {"string": '"..."', "integer": "1", "number": "1.0", "boolean": "True"}
-        call = f"{tool.name}({', '.join(placeholder.get(v.get('type'), 'None') for v in params.values())})"
+        return f"{CALL_OPEN}{tool.name}({', '.join(placeholder.get(v.get('type'), 'None') for v in params.values())})" \
+               f"{CALL_CLOSE}"
     shown = f"{CALL_OPEN}{call}{CALL_CLOSE}"
     parsed = find_call(shown, [tool])
     result, ok = run_call(parsed, [tool]) if parsed else ("", False)
@@ -155,6 +156,16 @@ def calculator(expression: str) -> str:
 
 
 calculator.example = 'calculator("127 * 48")'
+_EXPRESSION = re.compile(r"-?\d+(?:\.\d+)?(?:\s*(?:\*\*|//|[-+*/%])\s*\(?-?\d+(?:\.\d+)?\)?)+")
+
+
+def _demonstrate(question: str) -> str | None:
+    """The calculator call a question's arithmetic needs ('What is 127 * 48?' -> 'calculator("127 * 48")')."""
+    found = _EXPRESSION.search(question)
+    return f'calculator("{found.group(0)}")' if found else None
+
+
+calculator.demonstrate = _demonstrate
 
 _OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
               ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,

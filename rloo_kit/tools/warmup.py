@@ -1,0 +1,77 @@
+"""A short supervised warm-start for a model that never calls its tools: RLOO reinforces what the model samples,
+so a call it never writes is never learned (the pre-flight's `tool_unused`). A handful of worked examples (the
+call, its result, the answer) trained with TRL's SFTTrainer into the same LoRA adapter teach the syntax; RLOO then
+learns when a call pays. The examples come from the task's own training rows, through a tool's `demonstrate(text)`
+(the call a row's question needs, or None), so no answer outside the training split is shown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from datasets import Dataset
+
+from .protocol import CALL_CLOSE, CALL_OPEN, Tool, find_call, result_text, run_call
+
+log = logging.getLogger("rloo_kit")
+
+WARM_EXAMPLES = 32  # worked examples: enough to teach a syntax, too few to teach the task
+WARM_EPOCHS = 3
+
+
+def worked_examples(task, tool: Tool, n: int = WARM_EXAMPLES,
+                    demonstrate: Callable[[str], str | None] | None = None) -> Dataset:
+    """Up to `n` training rows of `task` (made with `tools.with_tools`) as prompt / completion pairs whose
+    completion calls `tool`, reads its result and answers: `<tool>call</tool><result>r</result> The answer is a.`
+    `demonstrate(question) -> call text` (default: the tool's own `demonstrate`) picks the call; rows it returns
+    None for, or whose call does not give the row's answer, are left out."""
+    from ..rewards import accepted_answers, is_correct
+
+    demonstrate = demonstrate or getattr(tool.fn, "demonstrate", None)
+    if demonstrate is None:
+        raise ValueError(f"Tool '{tool.name}' has no demonstrate(question) -> call: pass demonstrate= to say which "
+                         "call answers a training question.")
+    prompts, completions = [], []
+    for row in task.train:
+        question = row["prompt"] if isinstance(row["prompt"], str) else row["prompt"][-1]["content"]
+        call = demonstrate(question)
+        parsed = find_call(f"{CALL_OPEN}{call}{CALL_CLOSE}", [tool]) if call else None
+        if parsed is None:
+            continue
+        result, ok = run_call(parsed, [tool])
+        answer = accepted_answers(row["answer"])[0]
+        if not ok or not is_correct(result, answer):
+            continue
+        text = f"{CALL_OPEN}{call}{CALL_CLOSE}{result_text(result)} The answer is {answer}."
+        prompts.append(row["prompt"])
+        completions.append(text if isinstance(row["prompt"], str) else [{"role": "assistant", "content": text}])
+        if len(prompts) == n:
+            break
+    if not prompts:
+        raise ValueError(f"No training row of task '{task.name}' has a call of '{tool.name}' that gives its answer.")
+    return Dataset.from_dict({"prompt": prompts, "completion": completions})
+
+
+def warm_start(model, tokenizer, examples: Dataset, *, output_dir: str, preset=None, epochs: int = WARM_EPOCHS,
+               learning_rate: float = 5e-4, batch_size: int = 8, seed: int = 0):
+    """Train the model's LoRA adapter on `examples` (prompt / completion) with TRL's SFTTrainer, loss on the
+    completions only; returns the model, ready for RLOO (whose reference is then this warmed model)."""
+    from trl import SFTConfig, SFTTrainer
+
+    from ..hardware import detect_hardware
+    from ..patches import patch_before_trainer
+    from ..presets import device_flags, resolve_preset
+
+    flags = device_flags(detect_hardware(), resolve_preset(preset))
+    config = SFTConfig(output_dir=output_dir, num_train_epochs=epochs, learning_rate=learning_rate,
+                       per_device_train_batch_size=batch_size, completion_only_loss=True, save_strategy="no",
+                       report_to="none", logging_steps=1, seed=seed, disable_tqdm=True, **flags)
+    patch_before_trainer(model, config)  # TRL's CPU path for its log-prob kernel among them (SFT shares it)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=examples, processing_class=tokenizer)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    if losses:
+        log.info(f"tool warm-start: {len(examples)} worked examples x {epochs} epochs, loss {losses[0]:.2f} -> "
+                 f"{losses[-1]:.2f}")
+    return trainer.model
