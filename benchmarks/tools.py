@@ -22,8 +22,7 @@ import time
 from common import REPO, load_note, stamp, write
 
 import rloo_kit
-from rloo_kit.tools import calculator, with_tools
-from rloo_kit.tools import warm_start, worked_examples
+from rloo_kit.tools import calculator, warm_start, with_tools, worked_examples
 
 TASK = REPO / "benchmarks" / "tasks" / "products_and_sums.jsonl"
 RUNS = REPO / "runs" / "bench-tools"

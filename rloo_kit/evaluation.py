@@ -91,12 +91,11 @@ def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool 
 def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, settings: dict):
     """The completions `ids` finished with tool calls, as training's rollouts are (`tools.rollout`): the answer
     texts the rewards read, and each completion's length and number of calls."""
-    from .tools.rollout import answer_text, roll_out
+    from .tools.rollout import answer_text, roll_out, text_codec
 
     samples = len(ids[0]) if ids else 1
     flat_prompts = [p for p in prompts for _ in range(samples)]
-    decode = lambda r: tokenizer.decode(r, skip_special_tokens=True)  # noqa: E731
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    decode, encode = text_codec(tokenizer)
 
     def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
         return [g[0] for g in generate_ids(model, tokenizer, [flat_prompts[i] for i in rows], prefixes=begun,
@@ -105,8 +104,9 @@ def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], too
     rollouts = roll_out(more, [r for group in ids for r in group], decode, encode, tools,
                         max_length=settings["max_new_tokens"])
     texts = [answer_text(r, decode) for r in rollouts]
-    group = lambda values: [values[i:i + samples] for i in range(0, len(values), samples)]  # noqa: E731
-    return group(texts), group([(len(r.ids), r.calls) for r in rollouts])
+    by_prompt = [range(i, i + samples) for i in range(0, len(rollouts), samples)]
+    return ([[texts[j] for j in js] for js in by_prompt],
+            [[(len(rollouts[j].ids), rollouts[j].calls) for j in js] for js in by_prompt])
 
 
 @torch.no_grad()
@@ -259,8 +259,9 @@ def _tool_figures(rows: list[dict]) -> dict:
     """How often the completions called a tool, and how often they were right with a call and without one."""
     called = [r for r in rows if r["tool_calls"]]
     alone = [r for r in rows if not r["tool_calls"]]
-    right = lambda group: (sum(r["correct"] for r in group) / len(group)  # noqa: E731
-                           if group and "correct" in group[0] else None)
+    def right(group: list[dict]) -> float | None:
+        return sum(r["correct"] for r in group) / len(group) if group and "correct" in group[0] else None
+
     return {"call_rate": len(called) / len(rows), "accuracy_with_call": right(called),
             "accuracy_without_call": right(alone)}
 

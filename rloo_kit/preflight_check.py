@@ -443,19 +443,16 @@ class _Sampler:
     def _with_tools(self, prompts: list, ids: list, settings: dict, length: int) -> list[list[list[int]]]:
         """Each sample finished with its tool calls, as training's rollouts are; the tokens of the whole rollout
         (the judge scores its last message). The first draw's call figures are kept for the report."""
-        from .tools.rollout import roll_out, summary
+        from .tools.rollout import roll_out, summary, text_codec
 
         k = len(ids[0])
         flat = [p for p in prompts for _ in range(k)]
-        tok = self.tokenizer
 
         def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
-            return [g[0] for g in generate_ids(self.model, tok, [flat[i] for i in rows], prefixes=begun,
+            return [g[0] for g in generate_ids(self.model, self.tokenizer, [flat[i] for i in rows], prefixes=begun,
                                                max_new_tokens=length, **settings)]
 
-        rollouts = roll_out(more, [seq for group in ids for seq in group],
-                            lambda r: tok.decode(r, skip_special_tokens=True),
-                            lambda text: tok(text, add_special_tokens=False)["input_ids"], self.tools,
+        rollouts = roll_out(more, [seq for group in ids for seq in group], *text_codec(self.tokenizer), self.tools,
                             max_length=length)
         if self.tool_figures is None:
             figures = summary(rollouts)

@@ -18,6 +18,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 PATH_KEYS = ("path",)  # recipe values that name files, read relative to the recipe's own folder
+FUNCTION_KEYS = ("reward", "tools")  # recipe values that name functions in files (a list, or one)
 NOT_RECORDED = {"fn", "config", "print_config", "command", "resume", "overwrite", "force", "recipe_parser"}
 
 
@@ -39,11 +40,12 @@ def read_recipe(path: str | Path) -> dict:
     for key in PATH_KEYS:
         if isinstance(recipe.get(key), str):
             recipe[key] = _beside(recipe[key], here)
-    if isinstance(recipe.get("reward"), str):
-        recipe["reward"] = [recipe["reward"]]
-    if recipe.get("reward"):
-        recipe["reward"] = [_beside(spec.split(":", 1)[0], here) + ":" + spec.split(":", 1)[1] if ":" in spec
-                            else spec for spec in map(str, recipe["reward"])]
+    for key in FUNCTION_KEYS:  # PATH.py:NAME[:WEIGHT], the file read beside the recipe too
+        if isinstance(recipe.get(key), str):
+            recipe[key] = [recipe[key]]
+        if recipe.get(key):
+            recipe[key] = [_beside(spec.split(":", 1)[0], here) + ":" + spec.split(":", 1)[1] if ":" in spec
+                           else spec for spec in map(str, recipe[key])]
     return recipe
 
 

@@ -3,6 +3,7 @@ and every run writes the recipe that runs it again. The shipped recipes parse an
 model; TensorBoard's event file is read back."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -27,9 +28,8 @@ def test_a_shipped_recipe_parses(recipe):
     args = apply_recipe(cli.build_parser(), ["train", "--config", str(recipe)])
     raw = yaml.safe_load(recipe.read_text())
     assert args.model == raw["model"] and args.max_steps == raw["max_steps"] and args.preset == raw["preset"]
-    if "path" in raw:
-        assert (REPO / "configs" / "recipes" / raw["path"]).resolve() == (REPO / args.path).resolve() or \
-            args.path.endswith(raw["path"].split("/")[-1])
+    if "path" in raw:  # read beside the recipe, wherever the command runs from
+        assert Path(args.path).resolve() == (recipe.resolve().parent / raw["path"]).resolve()
 
 
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if r.stem != "gsm8k_t4"], ids=lambda p: p.stem)
@@ -100,3 +100,16 @@ def test_tensorboard_events_hold_rlo_metrics(tiny_model_dir, tmp_path):
         tags |= set(acc.Tags()["scalars"])
     wanted = {"train/reward", "train/kl", "train/frac_task_reward_zero_std", "train/rewards/correct_answer/mean"}
     assert wanted <= tags, sorted(tags)
+
+
+def test_functions_in_files_are_read_beside_the_recipe(tmp_path, monkeypatch):
+    """A recipe's reward and tool files (PATH.py:NAME) are found beside the recipe, wherever the command runs."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "mine.py").write_text("def f(prompts, completions, **kw):\n    return [0.0] * len(completions)\n")
+    recipe = folder / "r.yaml"
+    recipe.write_text("reward: mine.py:f:0.5\ntools: [calculator, mine.py:f]\n")
+    monkeypatch.chdir(tmp_path)
+    read = read_recipe(recipe)
+    assert read["reward"] == [f"{folder / 'mine.py'}:f:0.5"]
+    assert read["tools"] == ["calculator", f"{folder / 'mine.py'}:f"]

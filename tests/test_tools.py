@@ -230,7 +230,7 @@ def test_the_command_line_names_tools_built_in_or_from_a_file(tmp_path, capsys):
 
 
 @pytest.mark.heavy
-def test_a_run_with_tools_through_the_command(tiny_model_dir, tmp_path):
+def test_a_run_with_tools_through_the_command(tiny_model_dir, tmp_path, capsys):
     import json
 
     from rloo_kit.cli import main
@@ -246,6 +246,7 @@ def test_a_run_with_tools_through_the_command(tiny_model_dir, tmp_path):
     assert "tool_rollouts" in m["config"]["patches"]
     assert m["before"]["tools/call_rate"] == 0.0 and "tools/call_rate" in m["after"]
     assert f"{tools}:add" in (out / "recipe.yaml").read_text()  # the recipe runs it again with its tool
+    assert "| tool calls 0.00 |" in capsys.readouterr().out  # each step's line shows the call rate
 
 
 def test_worked_examples_come_from_training_rows_and_give_their_answers():

@@ -28,8 +28,12 @@ PANELS = (
 )
 # a panel of its own where reward_models.GoldMonitor logged a held-back score beside the proxy reward
 GOLD = Panel("gold (held back) vs proxy", "gold/mean", twin="proxy/mean", twin_label="proxy (dashed)")
+# and one where the run had tools: how many completions called one, and how many of the calls were valid
+TOOLS = Panel("tool calls", "tools/call_rate", twin="tools/valid_call_rate", twin_label="valid calls (dashed)",
+              twin_limits=(-0.05, 1.05))
 DIAGNOSIS_COLORS = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
-                    "truncation": "tab:brown", "reward_hacking": "tab:pink"}
+                    "truncation": "tab:brown", "reward_hacking": "tab:pink", "memorisation": "tab:olive",
+                    "tool_unused": "tab:gray", "tool_invalid": "tab:cyan"}
 
 
 def points(history: Sequence[dict], key: str) -> tuple[list, list]:
@@ -45,7 +49,7 @@ def reward_names(history: Sequence[dict]) -> list[str]:
 
 
 def panels(runs: Mapping[str, Sequence[dict]]) -> tuple[Panel, ...]:
-    return PANELS + ((GOLD,) if any(points(h, GOLD.key)[0] for h in runs.values()) else ())
+    return PANELS + tuple(p for p in (GOLD, TOOLS) if any(points(h, p.key)[0] for h in runs.values()))
 
 
 def draw(fig, runs: Mapping[str, Sequence[dict]], diagnoses: Mapping[str, Sequence] | None = None) -> list:

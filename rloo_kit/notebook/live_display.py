@@ -51,6 +51,10 @@ def step_line(view, state) -> str:
         parts.append(f"validation {fmt(logs['validation/accuracy'], 2)}")
     if logs.get("gold/mean") is not None:
         parts.append(f"gold {fmt(logs['gold/mean'])} (proxy {fmt(logs.get('proxy/mean'))})")
+    if logs.get("tools/call_rate") is not None:
+        valid = logs.get("tools/valid_call_rate")
+        parts.append(f"tool calls {fmt(logs['tools/call_rate'], 2)}" + (f" ({fmt(valid, 2)} valid)" if valid is not
+                                                                           None else ""))
     parts += [f"entropy {fmt(logs.get('entropy'))}", f"length {fmt(logs.get('completions/mean_length'), 1)}",
               f"clipped {fmt(logs.get('completions/clipped_ratio'), 2)}"]
     return " | ".join(parts)

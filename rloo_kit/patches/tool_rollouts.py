@@ -21,7 +21,7 @@ import types
 import torch
 
 from ..errors import ConfigError
-from ..tools.rollout import answer_text, roll_out, summary
+from ..tools.rollout import answer_text, roll_out, summary, text_codec
 
 
 def use_tool_rollouts(trainer) -> bool:
@@ -31,9 +31,7 @@ def use_tool_rollouts(trainer) -> bool:
         return False
     if getattr(trainer, "use_vllm", False):
         raise ConfigError("Tools run with transformers' generation only: drop --vllm (use_vllm) for a run with tools.")
-    tok = trainer.processing_class
-    decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731 -- as TRL decodes completions
-    encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    decode, encode = text_codec(trainer.processing_class)
     first_turn, single_turn = trainer._generate, trainer._generate_single_turn
     score, loss, per_token = (trainer._generate_and_score_completions, trainer._compute_loss,
                               trainer._get_per_token_logps_and_entropies)

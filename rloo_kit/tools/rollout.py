@@ -77,6 +77,18 @@ def _tokens_through_call(turn: list[int], decode: Callable[[list[int]], str]) ->
     return len(turn)
 
 
+def text_codec(tokenizer) -> tuple[Callable[[list[int]], str], Callable[[str], list[int]]]:
+    """(decode, encode) as the rollout uses them: completions decoded as TRL decodes them (special tokens
+    dropped), a tool's result encoded without special tokens."""
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    return decode, encode
+
+
 def answer_text(rollout: Rollout, decode: Callable[[list[int]], str]) -> str:
     """What the rewards score: the model's last message, after the last tool result."""
     return final_message(decode(rollout.ids))
