@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,3 +69,17 @@ def write(name: str, result: dict, table: list[str], notes: str = "") -> None:
             + ", ".join(f"{k} {v}" for k, v in result["versions"].items() if v) + "\n\n")
     (RESULTS / f"{name}.md").write_text(head + "\n".join(table) + "\n" + (f"\n{notes}\n" if notes else ""))
     print("\n".join(table) + ("\n\n" + notes if notes else ""))
+
+
+def cli_train(out: Path, args: list[str], label: str, reuse: bool = False) -> tuple[dict, str]:
+    """`rloo-kit train ARGS --output-dir OUT` in a process of its own, as a user runs it (with `reuse`: only read
+    what an earlier run left there): its metrics.json ({} when there is none), and the command as typed."""
+    cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *args, "--output-dir", str(out)]
+    if not reuse:
+        shutil.rmtree(out, ignore_errors=True)
+        start = time.time()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        print(f"== {label} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
+              f"{done.stdout[-3000:]}{done.stderr[-1500:]}", flush=True)
+    metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
+    return metrics, " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")

@@ -24,14 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from common import REPO, load_note, stamp, write
+from common import REPO, cli_train, load_note, stamp, write
 from sampling_fit import CASES, held_out_right
 
 RUNS = REPO / "runs" / "bench-efficiency"
@@ -43,22 +39,15 @@ BOOTSTRAP = 2000
 def run(task: str, arm: str, seed: int, minutes: float, reuse: bool) -> dict:
     out = RUNS / f"{task}-{arm}-s{seed}"
     flags = [f.format(double=2 * COMPLETIONS_PER_STEP) for f in ARMS[arm]]
-    cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *CASES[task][1], "--output-dir", str(out), "--minutes",
-           str(minutes), "--seed", str(seed), "--force", "--overwrite", *flags]
-    start = time.time()
-    if not reuse:
-        shutil.rmtree(out, ignore_errors=True)
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        print(f"== {task} {arm} seed {seed} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
-              f"{done.stdout[-2000:]}{done.stderr[-1000:]}", flush=True)
-    m = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
+    m, command = cli_train(out, [*CASES[task][1], "--minutes", str(minutes), "--seed", str(seed), "--force",
+                                 "--overwrite", *flags], f"{task} {arm} seed {seed}", reuse)
     config = m.get("config") or {}
     return {"task": task, "arm": arm, "seed": seed, "before": m.get("accuracy_before"),
             "after": m.get("accuracy_after"), "steps": m.get("steps"), "minutes": m.get("minutes"),
             "kept_step": (m.get("validation") or {}).get("kept_step"),
             "spread_groups_per_minute": _spread_per_minute(out, config, m.get("minutes")),
             "right_after": held_out_right(out / "evaluation_after.json"),
-            "command": " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")}
+            "command": command}
 
 
 def _spread_per_minute(out: Path, config: dict, minutes: float | None) -> float | None:

@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from common import REPO, load_note, stamp, write
+from common import REPO, cli_train, load_note, stamp, write
 
 TASKS = Path(__file__).parent / "tasks"
 RUNS = REPO / "runs" / "bench-sampling"
@@ -50,16 +46,9 @@ CASES = {
 def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool) -> dict:
     """One arm of one task and seed: "fitted" (the CLI's defaults) or "t1" (--temperature 1)."""
     out = RUNS / f"{name}-{arm}-s{seed}"
-    cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *CASES[name][1], "--output-dir", str(out),
-           "--max-steps", str(max_steps), "--seed", str(seed), "--force", "--overwrite",
-           *(["--temperature", "1"] if arm == "t1" else [])]
-    start = time.time()
-    if not reuse:
-        shutil.rmtree(out, ignore_errors=True)
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        print(f"== {name} {arm} seed {seed} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
-              f"{done.stdout[-3000:]}{done.stderr[-1500:]}", flush=True)
-    m = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
+    m, command = cli_train(out, [*CASES[name][1], "--max-steps", str(max_steps), "--seed", str(seed), "--force",
+                                 "--overwrite", *(["--temperature", "1"] if arm == "t1" else [])],
+                           f"{name} {arm} seed {seed}", reuse)
     pre = m.get("preflight") or {}
     right = held_out_right(out / "evaluation_after.json"), held_out_right(out / "evaluation_before.json")
     return {"task": name, "arm": arm, "seed": seed, "verdict": pre.get("verdict"), "problems": pre.get("problems"),
@@ -70,7 +59,7 @@ def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool) -> dict:
             "after": m.get("accuracy_after"), "sampled_before": (m.get("sampled_before") or {}).get("accuracy"),
             "sampled_after": (m.get("sampled_after") or {}).get("accuracy"), "minutes": m.get("minutes"),
             "right_after": right[0], "right_before": right[1],
-            "command": " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")}
+            "command": command}
 
 
 def held_out_right(path: Path) -> list[bool] | None:
