@@ -38,7 +38,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         preset: its load settings (4-bit, sequence length); the hardware's preset when None.
         backend: "unsloth" (FastLanguageModel; fastest on a GPU), "transformers" (+ bitsandbytes NF4 when 4-bit;
             runs on CPU too), or "auto" (Unsloth when a GPU and Unsloth are both present).
-        load_in_4bit, max_seq_length: the preset's when None.
+        load_in_4bit: NF4 weights; the preset's when None.
+        max_seq_length: the longest sequence (prompt and completion); the preset's when None.
         trust_remote_code: False unless you have read the model's code; safetensors only either way.
 
     Returns:
@@ -115,16 +116,19 @@ def _explain_load_failure(name: str, source: str, err: OSError) -> Exception:
 
 # ---------------------------------------------------------------------------------------------- LoRA
 
-def attach_lora(model, *, preset: str | Preset | None = None, r: int | None = None, alpha: int | None = None,
-                target_modules: tuple[str, ...] | list[str] | str | None = None, dropout: float = 0.0,
-                seed: int = 42) -> PeftModel:
+def attach_lora(model: torch.nn.Module, *, preset: str | Preset | None = None, r: int | None = None,
+                alpha: int | None = None, target_modules: tuple[str, ...] | list[str] | str | None = None,
+                dropout: float = 0.0, seed: int = 42) -> PeftModel:
     """Wrap the model with a fresh LoRA adapter (B = 0, so it starts equal to the base model).
 
     Args:
         model: a model from `load_model`. Unsloth models get Unsloth's own `get_peft_model`; others get PEFT's,
             after `prepare_model_for_kbit_training` when 4-bit.
         preset: where r, alpha and the target modules come from when not given (the hardware's when None).
-        r, alpha, target_modules, dropout: LoRA's settings ("all-linear" targets every linear layer).
+        r: LoRA's rank.
+        alpha: LoRA's scale (the update is scaled by alpha / r).
+        target_modules: the layers it adapts ("all-linear" or None: every linear layer).
+        dropout: LoRA's dropout.
         seed: the adapter's initialisation.
 
     Returns:
@@ -166,7 +170,7 @@ def save_adapter(model, tokenizer, out_dir: str | Path) -> Path:
     return out
 
 
-def load_adapter(model, adapter_dir: str | Path, *, trainable: bool = False) -> PeftModel:
+def load_adapter(model: torch.nn.Module, adapter_dir: str | Path, *, trainable: bool = False) -> PeftModel:
     """Put a saved adapter on a loaded base model.
 
     Args:

@@ -215,7 +215,7 @@ KIT_DEFAULTS = dict(logging_steps=1, report_to="none", save_strategy="steps", sa
 
 
 def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware: Hardware | None = None,
-                max_seq_length: int | None = None, **overrides) -> RLOOConfig:
+                max_seq_length: int | None = None, **overrides: object) -> RLOOConfig:
     """A `trl.RLOOConfig` from a preset, the kit's defaults, the device flags, then `overrides`.
 
     Args:
