@@ -89,24 +89,34 @@ def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool 
 
 
 def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, settings: dict):
-    """The completions `ids` finished with tool calls, as training's rollouts are (`tools.rollout`): the answer
-    texts the rewards read, and each completion's length and number of calls."""
-    from .tools.rollout import answer_text, roll_out, text_codec
+    """The completions `ids` finished with their tool calls: the answer texts the rewards read, and each
+    completion's (length, calls), grouped by prompt."""
+    from .tools.rollout import answer_text, text_codec
+
+    rollouts = finish_with_tools(model, tokenizer, prompts, ids, tools, **settings)
+    decode, _ = text_codec(tokenizer)
+    samples = len(ids[0]) if ids else 1
+    by_prompt = [range(i, i + samples) for i in range(0, len(rollouts), samples)]
+    return ([[answer_text(rollouts[j], decode) for j in js] for js in by_prompt],
+            [[(len(rollouts[j].ids), rollouts[j].calls) for j in js] for js in by_prompt])
+
+
+def finish_with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, *, max_new_tokens: int,
+                      **settings) -> list:
+    """The completions `ids` (`generate_ids`' form, a group a prompt) finished with their tool calls as training's
+    rollouts are (`tools.rollout`), each continuation sampled with `settings`: the rollouts, in prompt order.
+    Evaluation and the pre-flight both finish their samples here."""
+    from .tools.rollout import roll_out, text_codec
 
     samples = len(ids[0]) if ids else 1
     flat_prompts = [p for p in prompts for _ in range(samples)]
-    decode, encode = text_codec(tokenizer)
 
     def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
         return [g[0] for g in generate_ids(model, tokenizer, [flat_prompts[i] for i in rows], prefixes=begun,
-                                           **settings)]
+                                           max_new_tokens=max_new_tokens, **settings)]
 
-    rollouts = roll_out(more, [r for group in ids for r in group], decode, encode, tools,
-                        max_length=settings["max_new_tokens"])
-    texts = [answer_text(r, decode) for r in rollouts]
-    by_prompt = [range(i, i + samples) for i in range(0, len(rollouts), samples)]
-    return ([[texts[j] for j in js] for js in by_prompt],
-            [[(len(rollouts[j].ids), rollouts[j].calls) for j in js] for js in by_prompt])
+    return roll_out(more, [r for group in ids for r in group], *text_codec(tokenizer), tools,
+                    max_length=max_new_tokens)
 
 
 @torch.no_grad()

@@ -31,7 +31,7 @@ from datasets import Dataset
 
 from .data import validate_dataset
 from .errors import ConfigError, RewardError
-from .evaluation import eos_token_ids, generate_ids, progress_lines
+from .evaluation import eos_token_ids, finish_with_tools, generate_ids, progress_lines
 from .presets import Preset, make_config, resolve_preset
 from .rewards import (
     RewardFunc,
@@ -443,22 +443,14 @@ class _Sampler:
     def _with_tools(self, prompts: list, ids: list, settings: dict, length: int) -> list[list[list[int]]]:
         """Each sample finished with its tool calls, as training's rollouts are; the tokens of the whole rollout
         (the judge scores its last message). The first draw's call figures are kept for the report."""
-        from .tools.rollout import roll_out, summary, text_codec
+        from .tools.rollout import summary
 
         k = len(ids[0])
-        flat = [p for p in prompts for _ in range(k)]
-
-        def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
-            return [g[0] for g in generate_ids(self.model, self.tokenizer, [flat[i] for i in rows], prefixes=begun,
-                                               max_new_tokens=length, **settings)]
-
-        rollouts = roll_out(more, [seq for group in ids for seq in group], *text_codec(self.tokenizer), self.tools,
-                            max_length=length)
+        rollouts = finish_with_tools(self.model, self.tokenizer, prompts, ids, self.tools, max_new_tokens=length,
+                                     **settings)
         if self.tool_figures is None:
             figures = summary(rollouts)
-            self.tool_figures = {"call_rate": figures["tools/call_rate"], "calls": figures["tools/calls"],
-                                 "valid_call_rate": None if figures["tools/valid_call_rate"] != figures[
-                                     "tools/valid_call_rate"] else figures["tools/valid_call_rate"]}
+            self.tool_figures = {k: figures[f"tools/{k}"] for k in ("call_rate", "calls", "valid_call_rate")}
         return [[r.ids for r in rollouts[i:i + k]] for i in range(0, len(rollouts), k)]
 
 

@@ -49,7 +49,7 @@ def use_tool_rollouts(trainer) -> bool:
         conversational = not isinstance(completions[0], str)
         metrics = self._metrics["train" if self.model.training else "eval"]
         for key, value in summary(rollouts).items():
-            if value == value:  # NaN (no call to judge) is left out of the step's mean
+            if value is not None:  # no call to judge: left out of the step's mean
                 metrics[key].append(value)
         return prompt_ids, [r.ids for r in rollouts], (
             [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts)

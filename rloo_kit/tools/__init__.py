@@ -58,7 +58,7 @@ def with_tools(data, tools: Sequence[Callable | Tool], example: str | None = Non
     tools, so that its training, pre-flight and evaluation run them."""
     from ..tasks import Task
 
-    tools = [t for t in tools if isinstance(t, Tool)] + as_tools([t for t in tools if not isinstance(t, Tool)])
+    tools = as_tools(tools)
     text = instructions(tools, example)
 
     def told(dataset):

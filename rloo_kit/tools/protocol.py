@@ -45,13 +45,16 @@ class Tool:
         return self.schema["function"].get("description", "").strip()
 
 
-def as_tools(functions: Sequence[Callable]) -> list[Tool]:
-    """The functions as tools, each checked now: a name, type hints and a docstring that says what it does
-    (transformers' `get_json_schema` convention), and no two with one name."""
+def as_tools(functions: Sequence[Callable | Tool]) -> list[Tool]:
+    """The functions as tools (a Tool stays as it is), each checked now: a name, type hints and a docstring that
+    says what it does (transformers' `get_json_schema` convention), and no two with one name."""
     from transformers.utils import get_json_schema
 
     tools = []
     for fn in functions:
+        if isinstance(fn, Tool):
+            tools.append(fn)
+            continue
         name = getattr(fn, "__name__", repr(fn))
         try:
             schema = get_json_schema(fn)

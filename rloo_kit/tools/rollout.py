@@ -94,11 +94,11 @@ def answer_text(rollout: Rollout, decode: Callable[[list[int]], str]) -> str:
     return final_message(decode(rollout.ids))
 
 
-def summary(rollouts: Sequence[Rollout]) -> dict[str, float]:
+def summary(rollouts: Sequence[Rollout]) -> dict[str, float | None]:
     """The batch's tool figures, as logged: share of completions that called a tool, share of calls that were
-    valid, calls a completion, and tool errors a completion."""
+    valid (None without a call to judge), calls a completion, and tool errors a completion."""
     n, calls = len(rollouts), sum(r.calls for r in rollouts)
     return {"tools/call_rate": sum(r.calls > 0 for r in rollouts) / max(1, n),
-            "tools/valid_call_rate": sum(r.valid for r in rollouts) / calls if calls else float("nan"),
+            "tools/valid_call_rate": sum(r.valid for r in rollouts) / calls if calls else None,
             "tools/calls": calls / max(1, n),
             "tools/errors": sum(r.calls - r.valid for r in rollouts) / max(1, n)}
