@@ -175,6 +175,21 @@ def test_merged_model_loads_without_peft(tiny, tmp_path):
         torch.testing.assert_close(model(ids).logits, merged(ids).logits)
 
 
+SMALL = 1e-2  # a hundredth of the random "trained" update: on the tiny model bf16 keeps ~0.4 of its effect, f16 ~0.9
+
+
+def test_an_update_too_small_for_bf16_is_named_with_the_type_that_keeps_it(tiny, tmp_path, caplog):
+    base, _ = tiny["qwen2"]
+    warnings = {}
+    for scale in (SMALL, 1.0):
+        adapter = random_adapter(base, tmp_path / f"a{scale}", scale=scale)
+        caplog.clear()
+        export_gguf(adapter, tmp_path / f"m{scale}.gguf", model=str(base))  # bf16, the default
+        warnings[scale] = [m for m in caplog.messages if "of what the adapter changed" in m]
+    assert warnings[1.0] == [] and len(warnings[SMALL]) == 1
+    assert "Stored as bf16" in warnings[SMALL][0] and "Export with --quant f16" in warnings[SMALL][0]
+
+
 def test_the_adapter_names_its_base(tiny, tmp_path):
     base, adapter = tiny["llama"]
     config = json.loads((adapter / "adapter_config.json").read_text())
@@ -249,6 +264,14 @@ def test_full_disk_leaves_no_file_under_the_name(tiny, tmp_path, monkeypatch):
         export_merged(adapter, tmp_path / "m", overwrite=True)
     assert (tmp_path / "m" / "keep").read_text() == "old"
     assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+
+
+def test_the_output_folder_is_made_as_train_makes_its_own(tiny, tmp_path):
+    base, adapter = tiny["qwen2"]
+    assert export_gguf(adapter, tmp_path / "new" / "deeper" / "m.gguf", model=str(base)).is_file()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ExportError, match="is a file"):
+        export_gguf(adapter, tmp_path / "a-file" / "m.gguf", model=str(base))
 
 
 def test_overwrite_replaces(tiny, tmp_path):

@@ -4,6 +4,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "rloo_kit"
 
 
@@ -81,3 +83,15 @@ def test_one_source_for_each_constant():
     train = parser._subparsers._group_actions[0].choices["train"]
     choices = {a.dest: a.choices for a in train._actions if a.choices}
     assert tuple(choices["task"]) == ("auto", *TASKS) and tuple(choices["backend"]) == BACKENDS
+
+
+def test_the_wheel_holds_every_subpackage():
+    """What setuptools packs (pyproject's package discovery) is the whole tree: a wheel without rloo_kit.tools
+    installed from git imports, then fails at the first tool."""
+    from setuptools import find_packages
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = set(find_packages(str(PACKAGE.parent), include=config["include"]))
+    packages = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    assert found == packages, f"packed: {sorted(found)}; in the tree: {sorted(packages)}"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU path on a lent GPU machine, as one prepared command (see benchmarks/gpu_pack.sh for what travels):
+#   bash benchmarks/gpu_session.sh            # after the packed site and model parts are in place
+# Each check runs in its own process under its own time limit, so one failure does not hide the others, and its
+# results are copied to $OUT as soon as it ends (the command may be stopped at its limit). The limits are from the
+# first session (H200): three backends on the 0.5B shape took over 200 s (each loads, and Unsloth compiles for
+# ~45 s); the 30-step demo 155 s.
+set -u
+OUT=${OUT:-runs/gpu-out}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/.site:$PWD" PYTHONUNBUFFERED=1 RLOO_KIT_CACHE=/tmp/rloo-cache HF_HUB_OFFLINE=1
+LOG="$OUT/session.log"
+STEPS=${GPU_DEMO_STEPS:-30}
+DEADLINE=$((SECONDS + ${GPU_BUDGET:-540}))  # the whole session, so the last check ends before the command's limit
+
+check() {  # check NAME SECONDS COMMAND...: run it, log its output and exit status, keep what it wrote
+  local name=$1 limit=$2; shift 2
+  local left=$((DEADLINE - SECONDS))
+  if [ "$left" -lt 30 ]; then echo "== $name skipped: ${left}s left" >>"$LOG"; return 0; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (limit ${limit}s) $(date +%T)" >>"$LOG"
+  local start=$SECONDS
+  timeout -s INT -k 20 "$limit" "$@" >>"$LOG" 2>&1  # SIGINT, as Ctrl-C: a run stopped keeps its adapter
+  echo "== $name rc=$? in $((SECONDS - start))s" >>"$LOG"
+  tar czf "$OUT/results.tgz" benchmarks/results/backends-cuda* benchmarks/results/cuda-oom.json 2>/dev/null
+  if [ -d runs/gpu-demo ]; then  # files come back at 16 MiB at most: the adapter travels in parts
+    rm -f "$OUT"/gpu-demo.tgz.*
+    tar czf - --exclude='checkpoint-*' runs/gpu-demo | split -b 15M -d -a 1 - "$OUT/gpu-demo.tgz."
+  fi
+  return 0
+}
+
+check environment 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
+  python3 -c "import sys, torch, transformers, trl, peft, bitsandbytes, datasets, accelerate;
+print(sys.version.split()[0], {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, bitsandbytes, datasets, accelerate)}, torch.cuda.get_device_name(0))";
+  python3 -c "import unsloth; print(\"unsloth\", unsloth.__version__)"'
+check default-model 120 python3 -c "
+from rloo_kit.sources import ALIASES, default_model_path, gguf_to_safetensors
+spec = ALIASES['smollm2-135m']
+gguf_to_safetensors('/tmp/smollm2.gguf', default_model_path(), eos_token=spec.eos_token, pad_token=spec.pad_token)
+print('built', default_model_path())"
+check backends-qwen2.5-0.5b 330 python3 benchmarks/backends.py --model random:qwen2.5-0.5b --name backends-cuda-qwen2.5-0.5b
+check learning-run 200 python3 -m rloo_kit.cli train --task arithmetic --model smollm2-135m --preset 8gb \
+  --max-steps "$STEPS" --output-dir runs/gpu-demo
+check out-of-memory 60 python3 benchmarks/cuda_oom.py --backend transformers
+check backends-smollm2 150 python3 benchmarks/backends.py --model smollm2-135m --name backends-cuda-smollm2-135m
+check backends-qwen2.5-1.5b 300 python3 benchmarks/backends.py --model random:qwen2.5-1.5b --name backends-cuda-qwen2.5-1.5b
+echo "== done $(date +%T)" >>"$LOG"
