@@ -72,10 +72,11 @@ def write(name: str, result: dict, table: list[str], notes: str = "") -> None:
 
 
 def cli_train(out: Path, args: list[str], label: str, reuse: bool = False) -> tuple[dict, str]:
-    """`rloo-kit train ARGS --output-dir OUT` in a process of its own, as a user runs it (with `reuse`: only read
-    what an earlier run left there): its metrics.json ({} when there is none), and the command as typed."""
+    """`rloo-kit train ARGS --output-dir OUT` in a process of its own, as a user runs it (with `reuse`: read what a
+    finished earlier run left there, train only where none finished): its metrics.json ({} when there is none), and
+    the command as typed."""
     cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *args, "--output-dir", str(out)]
-    if not reuse:
+    if not (reuse and (out / "metrics.json").is_file()):
         shutil.rmtree(out, ignore_errors=True)
         start = time.time()
         done = subprocess.run(cmd, capture_output=True, text=True)

@@ -100,7 +100,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
-    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-efficiency")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read the finished runs already in runs/bench-efficiency; train only those missing")
     args = ap.parse_args()
     runs = [run(task, arm, seed, args.minutes, args.reuse)
             for task in args.tasks for seed in args.seeds for arm in args.arms]

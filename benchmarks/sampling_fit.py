@@ -107,8 +107,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
-    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-sampling, train none "
-                    "(a run not there is reported as not measured)")
+    ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling; train "
+                    "only those missing")
     args = ap.parse_args()
     runs = []
     for name in args.tasks:
