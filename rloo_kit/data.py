@@ -44,7 +44,20 @@ def arithmetic_task(*, n_train: int = 2000, n_test: int = N_TEST, max_operand: i
     operator, or `template` with {a}, {op} and {b}). The test questions are held out together with their
     commuted twins: for + and *, neither 'Add 3 and 4.' nor 'Add 4 and 3.' is in train when either is in
     test, so held-out accuracy measures sums the model was not trained on. Train rows are drawn with
-    replacement from the rest, so n_train may exceed the number of distinct questions."""
+    replacement from the rest, so n_train may exceed the number of distinct questions.
+
+    Args:
+        n_train: training rows, drawn with replacement from the questions not held out.
+        n_test: held-out questions (each with its commuted twin); must leave some question to train on.
+        max_operand: the largest operand; operands run 0..max_operand.
+        ops: the operators to ask about, any of "+", "-" and "*".
+        seed: the shuffle that picks the held-out questions and the draw of training rows.
+        system_prompt: a system message put before every question; none when None.
+        template: the question's wording with {a}, {op} and {b}; ARITHMETIC_WORDING's per operator when None.
+
+    Returns:
+        A DatasetDict with `train` and `test` splits, each with `prompt` (chat form) and `answer` columns.
+    """
     bad = [op for op in ops if op not in _OPS]
     if bad:
         raise DataError(f"Unknown operator(s) {bad}; use any of {list(_OPS)}.")
@@ -110,7 +123,18 @@ def gold_answer(solution: str) -> str:
 
 def load_gsm8k(path_or_id: str = "openai/gsm8k", split: str = "train", *,
                system_prompt: str | None = GSM8K_SYSTEM_PROMPT, limit: int | None = None) -> Dataset:
-    """GSM8K from the hub (config 'main') or a local .jsonl/.json/.parquet, as prompt + answer."""
+    """GSM8K from the hub (config 'main') or a local .jsonl/.json/.parquet, as prompt + answer.
+
+    Args:
+        path_or_id: a local file with GSM8K's `question` and `answer` columns, or a hub dataset id.
+        split: the hub split to read; a local file is read whole.
+        system_prompt: a system message put before every question (asks for the '#### <number>' line); none when
+            None.
+        limit: keep only the first `limit` rows; all of them when None or 0.
+
+    Returns:
+        A Dataset with `prompt` (chat form), `answer` (the gold final number) and `solution` (the worked answer).
+    """
     raw = _read(path_or_id, split, hub_config="main")
     missing = {"question", "answer"} - set(raw.column_names)
     if missing:
@@ -131,7 +155,20 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
     numeric answers that are always one of the numbers their prompt offers ('Which is larger, 70 or 95?'),
     so that the number a reply picks is scored, not the last it names. Other
     columns are kept for rewards to read. A row with no prompt or answer is refused, naming its line:
-    an answer scored as the text 'None' would train and count a wrong target in silence."""
+    an answer scored as the text 'None' would train and count a wrong target in silence.
+
+    Args:
+        path: a local .jsonl, .json, .csv or .parquet file (a path that does not exist is tried as a hub id).
+        prompt_column: the column that holds each prompt.
+        answer_column: the column that holds each answer; no `answer` column when None.
+        system_prompt: a system message put before prompts that have none; none added when None.
+        split: the split read when `path` is a hub id; a local file is read whole.
+        encoding: the text encoding of a .jsonl, .json or .csv file.
+
+    Returns:
+        A Dataset with `prompt`, `answer` (when `answer_column` is given), `labels` (where they apply) and the
+        file's other columns.
+    """
     records = _records(path, split, encoding)
     if not records:
         raise DataError(f"'{path}' has no rows. Each line (row) needs a '{prompt_column}' and, for accuracy and "

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from math import comb
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -22,11 +23,25 @@ from transformers import StoppingCriteria
 from .errors import GPUOutOfMemoryError
 from .rewards import RewardFunc, is_correct, predicted_answer
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 log = logging.getLogger("rloo_kit")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al., 2021): 1 - C(n-c, k) / C(n, k), for c correct out of n samples."""
+    """Unbiased pass@k (Chen et al., 2021): 1 - C(n-c, k) / C(n, k), for c correct out of n samples.
+
+    Args:
+        n: samples drawn for the prompt.
+        c: how many of them are correct.
+        k: the number of tries; at most n (ValueError otherwise).
+
+    Returns:
+        The chance that at least one of k samples drawn without replacement from the n is correct.
+    """
     if k > n:
         raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}.")
     return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
@@ -213,7 +228,8 @@ def _cut(ids: list[int], eos: set[int]) -> list[int]:
     return ids
 
 
-def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
+def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, dataset: Dataset,
+             reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
              greedy: bool = True, max_new_tokens: int = 64, temperature: float = 1.0,
              batch_size: int = 32, match: str = "final", progress: str | None = None,
              tools: Sequence = ()) -> EvalReport:
@@ -225,6 +241,23 @@ def evaluate(model, tokenizer, dataset, reward_funcs: RewardFunc | list[RewardFu
     progress: a label under which to log, every few seconds, how far generation got.
     tools: `rloo_kit.tools.Tool`s the model may call, as in training (the answer after the last result is scored);
     the report then says how often it called one, and its accuracy with and without a call.
+
+    Args:
+        model: the model to generate with (a PEFT model is evaluated with its adapter on).
+        tokenizer: the model's tokenizer; chat-form prompts get its chat template, as in training.
+        dataset: held-out rows with a `prompt` column; an `answer` column enables accuracy and pass@k.
+        reward_funcs: the training rewards to score completions with (mean per function); none by default.
+        samples: completions per prompt.
+        greedy: greedy decoding (needs samples=1); False samples at `temperature`.
+        max_new_tokens: the completion length; a completion that reaches it counts as truncated.
+        temperature: the sampling temperature when greedy=False.
+        batch_size: prompts generated at once; lower it on a CUDA out-of-memory.
+        match: "final" or "exact", how a completion is judged correct (see rewards.is_correct).
+        progress: a label for progress lines during generation; none when None.
+        tools: `rloo_kit.tools.Tool`s the model may call; none by default.
+
+    Returns:
+        An EvalReport: accuracy, pass@k, mean reward per function, length, truncation and every completion.
     """
     funcs = [f for f in (reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]) if callable(f)]
     if greedy and samples > 1:
@@ -285,8 +318,21 @@ def _prompt_text(prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
-def evaluate_base_and_adapter(model, tokenizer, dataset, reward_funcs=(), **kwargs) -> tuple[EvalReport, EvalReport]:
-    """(base, adapter) reports from one PEFT model: the base is the same weights with the adapter off."""
+def evaluate_base_and_adapter(model: PeftModel, tokenizer: PreTrainedTokenizerBase, dataset: Dataset,
+                              reward_funcs: RewardFunc | list[RewardFunc] = (),
+                              **kwargs: object) -> tuple[EvalReport, EvalReport]:
+    """(base, adapter) reports from one PEFT model: the base is the same weights with the adapter off.
+
+    Args:
+        model: a PEFT model; its adapter is switched off for the base and on again for the adapter.
+        tokenizer: the model's tokenizer.
+        dataset: held-out rows with a `prompt` column (and `answer` for accuracy).
+        reward_funcs: the rewards to score completions with, as in `evaluate`.
+        **kwargs: `evaluate`'s settings (samples, greedy, max_new_tokens, ...), the same for both.
+
+    Returns:
+        (base report, adapter report).
+    """
     with disabled_adapter(model):
         base = evaluate(model, tokenizer, dataset, reward_funcs, **kwargs)
     return base, evaluate(model, tokenizer, dataset, reward_funcs, **kwargs)
@@ -302,7 +348,17 @@ def disabled_adapter(model):
 
 
 def compare(base: EvalReport, tuned: EvalReport, names: tuple[str, str] = ("base", "adapter")) -> pd.DataFrame:
-    """One row per metric: base, adapter, and the difference."""
+    """One row per metric: base, adapter, and the difference.
+
+    Args:
+        base: the report before training (or of the base model).
+        tuned: the report after training (or with the adapter).
+        names: the column names for the two reports.
+
+    Returns:
+        A DataFrame indexed by metric, with the two reports' values and tuned minus base; metrics either report
+        lacks are left out.
+    """
     a, b = base.summary(), tuned.summary()
     keys = [k for k in a if k in b and a[k] is not None and b[k] is not None]
     return pd.DataFrame({names[0]: [a[k] for k in keys], names[1]: [b[k] for k in keys],
@@ -330,7 +386,15 @@ class PairedChange:
 
 def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
     """Which prompts the adapter answers right more (or less) often than the base; None without answers.
-    Both reports must come from the same prompts with the same number of samples."""
+    Both reports must come from the same prompts with the same number of samples.
+
+    Args:
+        base: the base model's report.
+        tuned: the adapter's report, on the same prompts with the same number of samples (ValueError otherwise).
+
+    Returns:
+        The prompts better and worse, and the sign test's p-value; None when either report has no accuracy.
+    """
     if base.accuracy is None or tuned.accuracy is None:
         return None
     k = base.samples

@@ -32,7 +32,12 @@ class Hardware:
 
 
 def detect_hardware() -> Hardware:
-    """Describe the first CUDA GPU if there is one, else the CPU (Apple's MPS is reported but trains as CPU)."""
+    """Describe the first CUDA GPU if there is one, else the CPU (Apple's MPS is reported but trains as CPU).
+
+    Returns:
+        A Hardware: device, name, total and free memory in GiB (VRAM on a GPU, RAM otherwise), bf16 support,
+        CPU count, and whether CPU training runs in bf16.
+    """
     import torch
 
     cpus = os.cpu_count() or 1

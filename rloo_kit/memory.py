@@ -120,6 +120,16 @@ def estimate_memory(model: ModelShape | float | str, preset: TrainingShape, *, p
       log-softmax over the vocabulary.
     - overhead: OVERHEAD_GB for the device (default: "cpu" for the cpu preset, else "cuda").
     Under data parallelism every process holds all of this: it is the memory each GPU needs.
+
+    Args:
+        model: a ModelShape, a parameter count (1.5e9 or '1.5B'), or a model name or path (its config is read).
+        preset: a preset object (`presets.get_preset(name)`), or anything with its training fields.
+        prompt_length: the prompt tokens assumed per completion.
+        device: "cuda", "cpu" or "mps" (counted as "cpu"); "cpu" for the cpu preset, else "cuda", when None.
+        cpu_bf16: whether the CPU trains on the bf16 path (`Hardware.cpu_bf16`).
+
+    Returns:
+        A MemoryEstimate: weights, LoRA, activations and overhead in GiB, and their `total_gb`.
     """
     if isinstance(preset, str):
         raise ConfigError(f"estimate_memory takes a preset object: estimate_memory(model, get_preset('{preset}')).")

@@ -162,8 +162,17 @@ def attach_lora(model: torch.nn.Module, *, preset: str | Preset | None = None, r
     return get_peft_model(model, config)
 
 
-def save_adapter(model, tokenizer, out_dir: str | Path) -> Path:
-    """Write the LoRA adapter (safetensors) and the tokenizer; the base model is not copied."""
+def save_adapter(model: PeftModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
+    """Write the LoRA adapter (safetensors) and the tokenizer; the base model is not copied.
+
+    Args:
+        model: the PEFT model whose adapter is saved.
+        tokenizer: its tokenizer, saved beside the adapter so the directory loads on its own.
+        out_dir: the directory to write (created if missing).
+
+    Returns:
+        The directory, as a Path.
+    """
     out = Path(out_dir)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -201,9 +210,18 @@ def adapter_base_model(adapter_dir: str | Path) -> str:
     return cfg.get("base_model_name_or_path") or DEFAULT_MODEL
 
 
-def merge_and_save(model, tokenizer, out_dir: str | Path) -> Path:
+def merge_and_save(model: PeftModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
     """Fold the adapter into the base weights and save a standalone model (safetensors).
-    A 4-bit base is de-quantized by PEFT first, so the merged model is 16/32-bit."""
+    A 4-bit base is de-quantized by PEFT first, so the merged model is 16/32-bit.
+
+    Args:
+        model: the PEFT model to merge; PEFT's merge_and_unload changes its base weights in place.
+        tokenizer: its tokenizer, saved beside the merged model.
+        out_dir: the directory to write (created if missing).
+
+    Returns:
+        The directory, as a Path.
+    """
     out = Path(out_dir)
     merged = model.merge_and_unload()
     merged.save_pretrained(out, safe_serialization=True)

@@ -12,16 +12,21 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .distributed import is_main_process
 from .errors import ConfigError, RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
 from .pool import PromptPool
-from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
+from .preflight_check import SPREAD_EPS, PreflightReport, demonstrate_hint, fit_task, preflight, refit
 from .tasks import RunPlan, Task
 from .tools import warm_start, worked_examples
 from .tools.warmup import WARM_EPOCHS
 from .training import ADAPTER_DIR, build_trainer, train
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger("rloo_kit")
 METRICS = "metrics.json"
@@ -165,8 +170,9 @@ class Run:
         SFTTrainer into the run's adapter (`tools.warm_start`). RLOO's reference is then the warmed model."""
         tool = next((t for t in self.task.tools if getattr(t.fn, "demonstrate", None)), None)
         if tool is None:
-            raise ConfigError("A warm-start needs a tool that can show a worked call (a `demonstrate(question)` "
-                              "attribute, as the built-in calculator has): give one, or train without the warm-start.")
+            raise ConfigError(f"A warm-start needs a tool that can show a worked call (a `demonstrate(question)` "
+                              f"attribute, as the built-in calculator has): give one, or train without the "
+                              f"warm-start. {demonstrate_hint(self.task.tools[0].name)}")
         shown = worked_examples(self.task, tool, n=examples)
         self.model = warm_start(self.model, self.tokenizer, shown, output_dir=str(self.out / WARM_DIR),
                                 preset=self.plan.preset, epochs=epochs, seed=self.seed)
@@ -287,13 +293,32 @@ class Run:
         return path
 
 
-def run(plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, preflight_prompts: int = 32,
-        resume: bool = False, force: bool = False, seed: int = 0, warm_up: int = 0, **overrides) -> RunReport:
+def run(plan: RunPlan, task: Task, model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, *,
+        output_dir: str | Path, preflight_prompts: int = 32, resume: bool = False, force: bool = False, seed: int = 0,
+        warm_up: int = 0, **overrides: object) -> RunReport:
     """The whole run in one call, as `rloo-kit train` makes it: the pre-flight (skipped on resume and
     with preflight_prompts=0), accuracy before (reused on resume), training unless the pre-flight says the
     trained setup cannot learn (force=True trains anyway), accuracy after, metrics.json. warm_up=N: where the
     pre-flight finds the model never calls the task's tools, N worked examples warm it up first (`Run.warm_up`)
-    and the pre-flight runs again."""
+    and the pre-flight runs again.
+
+    Args:
+        plan: the model, task, preset and hardware the run uses (`plan_run`).
+        task: the task to train and evaluate on; prompts too long for the preset are left out.
+        model: the model to train (`load_model`); it gets the preset's LoRA adapter unless it has one.
+        tokenizer: the model's tokenizer.
+        output_dir: where the adapter, checkpoints, metrics.json and the pre-flight's files go (created if missing).
+        preflight_prompts: prompts the pre-flight samples; 0 skips it.
+        resume: continue from the latest checkpoint in output_dir, reusing the recorded accuracy before and the
+            setup the first attempt's pre-flight chose.
+        force: train even when the pre-flight says the run cannot learn.
+        seed: the seed of the pre-flight's prompt draw, the training config and the validation rows.
+        warm_up: worked examples for a tool warm-up when the pre-flight finds the tools unused; 0 for none.
+        **overrides: `build_trainer` settings (minutes, prompt_pool, ...) and RLOOConfig fields.
+
+    Returns:
+        The RunReport, also written as metrics.json: accuracy before and after, steps, minutes, diagnoses.
+    """
     r = Run(plan, task, model, tokenizer, output_dir=output_dir, seed=seed, **overrides)
     if preflight_prompts > 0 and not resume:
         r.preflight(preflight_prompts)

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -46,6 +47,10 @@ from .rewards import (
 )
 from .tasks import Task
 from .tools.protocol import final_message
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 PROBE_FACTOR = 4  # sample up to this many times the completion length, to see what an uncut answer needs
 PROBE_CAP = 128  # ... but no further than this many tokens at first (the length proposals stay within it)
@@ -269,7 +274,8 @@ class PreflightReport:
                 (("the kit trains" if self.applies else "would be, with the fix") + f" ({changed}):", self.proposed)]
 
 
-def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None,
+def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, dataset: Dataset | Task,
+              reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None,
               *, preset: str | Preset | None = None, num_generations: int | None = None,
               max_completion_length: int | None = None, temperature: float | None = None,
               reward_weights: Sequence[float] | None = None, n_prompts: int = 32, seed: int = 0,
@@ -289,6 +295,25 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
     samples are wrong, the samples are noise, and lower temperatures (COLDER) are probed; a task whose
     temperature is left open (a `Task` without one, and `temperature` not given) is trained at the one that
     leaves the most prompts with spread. A temperature set by the caller is kept, and the advice printed.
+
+    Args:
+        model: the model as it would start training (with or without its LoRA adapter).
+        tokenizer: the model's tokenizer.
+        dataset: training rows with a `prompt` column and the columns the rewards read, or a Task.
+        reward_funcs: the rewards training would use; the Task's when None.
+        preset: the preset whose RLOO settings are judged; the hardware's when None.
+        num_generations: completions per prompt (K); the preset's when None.
+        max_completion_length: the completion length judged; the Task's, else the preset's, when None.
+        temperature: the sampling temperature; the Task's, else the preset's, when None (then fitted, as above).
+        reward_weights: one weight per reward; the Task's, else 1.0 each, when None.
+        n_prompts: training prompts drawn to sample (at least 1).
+        seed: the draw of those prompts.
+        match: "final" or "exact", how a completion is judged correct; the Task's, else "final", when None.
+        probe_length: tokens to sample up to; the default above when None.
+        progress: log how far sampling got.
+
+    Returns:
+        A PreflightReport: the figures and problems of the setup as asked and of the one the kit would train.
     """
     start = time.time()
     if n_prompts < 1:
@@ -337,7 +362,8 @@ def preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs: RewardFun
         finished_within_probe=len(ended) / max(1, k * len(rows)), probe_length=probe, needed_lengths=_needed(ended),
         suggested_max_completion_length=suggestion, widened_from=widened_from,
         lengths=[len(s) for g in ids for s in g],
-        tools=sample.tool_figures,
+        tools=None if sample.tool_figures is None else {**sample.tool_figures, "cannot_demonstrate": [
+            t.name for t in tools if not getattr(t.fn, "demonstrate", None)]},
         examples=[{"prompt": asked.prompts[i].prompt, "completions": judge.texts(length)[i * k:(i + 1) * k],
                    "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
     longer = min(suggestion, limit)
@@ -620,8 +646,16 @@ def _tool_unused(report: PreflightReport, setup: Setup) -> Problem:
         "samples almost none.",
         "Warm the model up on a handful of worked examples from the training rows before RLOO (--tool-warm-start "
         "16 on the command line; rloo_kit.tools.warm_start, TRL's SFTTrainer), or show a worked call of the task "
-        "itself in the prompt (with_tools(task, tools, example=...)); then run the pre-flight again.",
+        "itself in the prompt (with_tools(task, tools, example=...)); then run the pre-flight again."
+        + "".join(f" {demonstrate_hint(name)}" for name in report.tools.get("cannot_demonstrate", [])[:1]),
         blocking=alone)
+
+
+def demonstrate_hint(tool: str) -> str:
+    """How to give a tool of one's own the worked call a warm-start needs."""
+    return (f"A warm-start writes each example's call with the tool's `demonstrate(question)`; `{tool}` has none: "
+            f"beside it in its file, `{tool}.demonstrate = my_function`, which returns the call that answers a "
+            f"training question (the text `{tool}(...)` with the question's values) or None where it cannot.")
 
 
 def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem | None:

@@ -158,11 +158,23 @@ GPU_PRESETS = tuple(p for p in PRESETS.values() if p.name != "cpu")  # ascending
 
 
 def list_presets() -> list[Preset]:
+    """Every RLOO preset, the cpu one first, then the GPU ones from the smallest memory up.
+
+    Returns:
+        The presets, as a new list.
+    """
     return list(PRESETS.values())
 
 
 def get_preset(preset: str | Preset) -> Preset:
-    """The preset by name; an unknown name raises ConfigError listing the valid ones."""
+    """The preset by name; an unknown name raises ConfigError listing the valid ones.
+
+    Args:
+        preset: a preset's name ("cpu", "8gb", ...), or a Preset, which is returned as it is.
+
+    Returns:
+        The Preset.
+    """
     if isinstance(preset, Preset):
         return preset
     if preset not in PRESETS:
@@ -178,6 +190,14 @@ def pick_preset(hardware: Hardware | None = None, model: ModelShape | float | st
     On a CPU (or Apple MPS) the answer is `cpu`. On a GPU, presets sized above its VRAM are skipped;
     the first remaining one whose memory estimate for `model` fits in FIT_MARGIN of the memory wins.
     A model that fits none raises ModelTooLargeError with the estimate and what to do.
+
+    Args:
+        hardware: the machine to pick for; detected when None.
+        model: a ModelShape, a parameter count (1.5e9 or '1.5B') or a model name or path; when None, the
+            largest preset the memory allows, without an estimate.
+
+    Returns:
+        The chosen Preset.
     """
     hw = hardware or detect_hardware()
     device = "cuda" if hw.is_cuda else "cpu"

@@ -206,12 +206,27 @@ class RewardModelResult:
 
 def train_reward_model(preferences: str | Path | Dataset | Sequence[dict], output_dir: str | Path, *,
                        model: str = DEFAULT_MODEL, preset: str | RewardModelPreset = "auto", seed: int = 0,
-                       overwrite: bool = False, encoding: str = "utf-8", **settings) -> RewardModelResult:
+                       overwrite: bool = False, encoding: str = "utf-8", **settings: object) -> RewardModelResult:
     """Train a reward model on preference pairs with TRL's RewardTrainer (LoRA on a sequence-classification
     head of `model`, the offline default unless named), measure its pair accuracy on held-out pairs, and
     write it, merged, as safetensors with its tokenizer, `reward_model.json` and `metrics.json` into
     output_dir. `settings` override the preset's fields (see RewardModelPreset.describe()). Every check
-    that needs no weights (the file, the settings, the output directory, the model's source) comes first."""
+    that needs no weights (the file, the settings, the output directory, the model's source) comes first.
+
+    Args:
+        preferences: pairs with `prompt`, `chosen` and `rejected`: a jsonl/json/csv/parquet file, a hub dataset id,
+            a Dataset or a list of rows (`load_preferences`).
+        output_dir: the directory to write the reward model into (created if missing).
+        model: the causal LM the reward model starts from (a hub id, a directory or an alias).
+        preset: a reward-model preset's name or a RewardModelPreset; "auto": the hardware's.
+        seed: the split into training and held-out pairs, and training's seed.
+        overwrite: replace a reward model already in output_dir.
+        encoding: the text encoding of a jsonl, json or csv file.
+        **settings: RewardModelPreset fields to override (learning_rate, max_length, ...); None leaves one as it is.
+
+    Returns:
+        A RewardModelResult: where it was written, its held-out pair accuracy, the pair counts and the time.
+    """
     from .sources import check_source
 
     prefs = load_preferences(preferences, encoding=encoding)
@@ -309,7 +324,17 @@ def load_reward_model(path: str | Path, *, device: str = "auto", batch_size: int
     """A reward model written by `train_reward_model` as a reward function in TRL's signature
     (prompts, completions, **columns -> floats), scoring in batches on `device` ("auto": the GPU when there is
     one, where the policy trains; else the CPU). Safetensors only, no remote code. It reads prompt and
-    completion as it did in training, whether they come as texts or chat messages."""
+    completion as it did in training, whether they come as texts or chat messages.
+
+    Args:
+        path: the directory `train_reward_model` wrote.
+        device: where the reward model scores ("cuda", "cpu", ...); "auto": the GPU when there is one.
+        batch_size: prompt-completion pairs scored at once.
+        name: the reward function's name, as logs and metrics show it; "reward_model" when None.
+
+    Returns:
+        A reward function that takes prompts and completions and returns one float score each.
+    """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

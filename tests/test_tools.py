@@ -206,10 +206,23 @@ def test_the_preflight_rolls_out_with_tools_and_names_a_tool_never_called(tiny_m
     task = with_tools(rloo_kit.load_task("arithmetic", n_train=16, n_test=4), [calculator]).replace(
         max_completion_length=8)
     report = rloo_kit.preflight(model, tok, task, preset="cpu", n_prompts=4, num_generations=2, progress=False)
-    assert report.tools == {"call_rate": 0.0, "calls": 0.0, "valid_call_rate": None}
+    assert report.tools == {"call_rate": 0.0, "calls": 0.0, "valid_call_rate": None, "cannot_demonstrate": []}
     (unused,) = [p for p in report.problems if p.kind == "tool_unused"]
     assert unused.blocking and "0% of 8 samples" in unused.message and "--tool-warm-start" in unused.fix
+    assert "demonstrate" not in unused.fix  # the calculator shows its own worked calls
     assert "tools: 0% of the samples call one" in str(report)
+    own = rloo_kit.preflight(model, tok, task.replace(tools=tuple(as_tools([add]))), preset="cpu", n_prompts=4,
+                             num_generations=2, progress=False)
+    (unused,) = [p for p in own.problems if p.kind == "tool_unused"]
+    assert "`add.demonstrate = my_function`" in unused.fix  # a tool of one's own: how to make the warm-start work
+
+
+def test_a_task_with_tools_gets_room_for_a_call_unless_it_has_a_length():
+    from rloo_kit.tools import TOOL_COMPLETION_LENGTH
+
+    file_task = rloo_kit.load_task("products", n_train=8, n_test=2).replace(max_completion_length=None)
+    assert with_tools(file_task, [calculator]).max_completion_length == TOOL_COMPLETION_LENGTH
+    assert with_tools(file_task.replace(max_completion_length=24), [calculator]).max_completion_length == 24
 
 
 def test_the_command_line_names_tools_built_in_or_from_a_file(tmp_path, capsys):

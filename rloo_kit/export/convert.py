@@ -234,7 +234,18 @@ def round_trip(x, quant: str):
 def export_merged(adapter: str | Path, output: str | Path, *, model: str | None = None, overwrite: bool = False,
                   dtype: str | None = None) -> Path:
     """Write base + adapter as one standalone model directory (safetensors, tokenizer, chat template) that
-    `AutoModelForCausalLM.from_pretrained` loads without PEFT. dtype: the base's own by default."""
+    `AutoModelForCausalLM.from_pretrained` loads without PEFT. dtype: the base's own by default.
+
+    Args:
+        adapter: the adapter directory (`output_dir/adapter` of a run, or one `save_adapter` wrote).
+        output: the directory to write; it must not exist unless `overwrite`.
+        model: the base model to merge into; the one the adapter's config records when None.
+        overwrite: replace `output` if it exists.
+        dtype: the weights' torch dtype name ("float32", "bfloat16", "float16"); the base's own when None.
+
+    Returns:
+        The path of the written directory.
+    """
     import torch
 
     out = check_output(output, overwrite)
@@ -255,7 +266,19 @@ def export_merged(adapter: str | Path, output: str | Path, *, model: str | None 
 def export_gguf(adapter: str | Path, output: str | Path, *, quant: str = "bf16", model: str | None = None,
                 overwrite: bool = False, modelfile: bool = True) -> Path:
     """Write base + adapter as one GGUF file (llama.cpp, Ollama, LM Studio) with the tokenizer and chat template,
-    and an Ollama `Modelfile` beside it. quant: f32, f16, bf16, q8_0 or q4_0 (k-quants are llama-quantize's)."""
+    and an Ollama `Modelfile` beside it. quant: f32, f16, bf16, q8_0 or q4_0 (k-quants are llama-quantize's).
+
+    Args:
+        adapter: the adapter directory (`output_dir/adapter` of a run, or one `save_adapter` wrote).
+        output: the .gguf file to write; it must not exist unless `overwrite`.
+        quant: the GGUF type of the weights; a warning names a finer one when this keeps too little of the adapter.
+        model: the base model to merge into; the one the adapter's config records when None.
+        overwrite: replace `output` if it exists.
+        modelfile: also write an Ollama `Modelfile` beside the GGUF (replacing one that is there).
+
+    Returns:
+        The path of the written GGUF file.
+    """
     quant = check_quant(quant)
     out = check_output(output, overwrite)
     name, source, config = base_config(adapter, model)
@@ -478,7 +501,17 @@ def write_modelfile(tok, gguf_file: str | Path, *, overwrite: bool = False) -> P
 
 def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = True, token: str | None = None) -> str:
     """Upload an exported folder (merged model, or a GGUF with its Modelfile) to a Hugging Face model repo, with
-    the token in $HF_TOKEN (never written to disk by the kit). Returns the repo's URL."""
+    the token in $HF_TOKEN (never written to disk by the kit). Returns the repo's URL.
+
+    Args:
+        folder: the exported directory to upload.
+        repo_id: the model repo, "user/name"; created if missing.
+        private: whether a repo created here is private.
+        token: a Hugging Face token with write access; $HF_TOKEN when None.
+
+    Returns:
+        The repo's URL.
+    """
     from huggingface_hub import HfApi
 
     token = token or os.environ.get("HF_TOKEN")
@@ -558,7 +591,21 @@ class GGUFCheck:
 def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None = None, task: str | None = None,
                 path: str | None = None, n_test: int | None = None, max_new_tokens: int | None = None) -> GGUFCheck:
     """The held-out evaluation of the task the adapter was trained on (from the metrics.json `rloo-kit train`
-    wrote beside it, unless `task` is given), greedy, in llama.cpp from the GGUF and in PyTorch."""
+    wrote beside it, unless `task` is given), greedy, in llama.cpp from the GGUF and in PyTorch.
+
+    Args:
+        gguf_file: the GGUF file to check.
+        adapter: the adapter it was exported from; merged in PyTorch (fp32) for the comparison.
+        model: the adapter's base model; the one the adapter's config records when None.
+        task: the task to evaluate on; the one metrics.json records (else "arithmetic") when None.
+        path: the task's file, needed for a "file" task.
+        n_test: held-out rows to evaluate; the task's default when None.
+        max_new_tokens: the reply length; the trained completion length (else the task's, else 64) when None.
+
+    Returns:
+        A GGUFCheck: accuracy in llama.cpp and in PyTorch, how many replies are the same text, and the accuracy
+        training recorded (when `task` is None).
+    """
     from ..rewards import is_correct
     from ..tasks import load_task
     from . import llama_cpp

@@ -14,10 +14,11 @@ from .protocol import Tool, as_tools, calculator, instructions
 from .rollout import MAX_CALLS, Rollout, roll_out
 from .warmup import warm_start, worked_examples
 
-__all__ = ["BUILT_IN", "MAX_CALLS", "Rollout", "Tool", "as_tools", "calculator", "instructions", "load_tools",
-           "roll_out", "tell_prompt", "warm_start", "with_tools", "worked_examples"]
+__all__ = ["BUILT_IN", "MAX_CALLS", "TOOL_COMPLETION_LENGTH", "Rollout", "Tool", "as_tools", "calculator",
+           "instructions", "load_tools", "roll_out", "tell_prompt", "warm_start", "with_tools", "worked_examples"]
 
 BUILT_IN = {"calculator": calculator}  # tools the command line names by name alone
+TOOL_COMPLETION_LENGTH = 48  # tokens for a call, its result and a short answer (the products task's, measured)
 
 
 def load_tools(specs: Sequence[str]) -> list[Tool]:
@@ -55,7 +56,9 @@ def tell_prompt(prompt, text: str):
 
 def with_tools(data, tools: Sequence[Callable | Tool], example: str | None = None):
     """A dataset whose prompts tell the model its tools; or a `tasks.Task` whose splits do, and which carries the
-    tools, so that its training, pre-flight and evaluation run them."""
+    tools, so that its training, pre-flight and evaluation run them. A task without a completion length of its own
+    gets TOOL_COMPLETION_LENGTH: the pre-flight does not fit the length of multi-turn samples, and a preset's
+    (16 tokens on a CPU) cuts a call before its result comes back."""
     from ..tasks import Task
 
     tools = as_tools(tools)
@@ -66,5 +69,6 @@ def with_tools(data, tools: Sequence[Callable | Tool], example: str | None = Non
 
     if isinstance(data, Task):
         return data.replace(train=told(data.train), test=told(data.test), validation=told(data.validation),
-                            tools=tuple(tools))
+                            tools=tuple(tools),
+                            max_completion_length=data.max_completion_length or TOOL_COMPLETION_LENGTH)
     return told(data)
