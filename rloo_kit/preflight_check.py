@@ -14,6 +14,7 @@ Greedy answers wrong too: the task is beyond the model (reward collapse), and no
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -22,7 +23,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -307,7 +308,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
         temperature: the sampling temperature; the Task's, else the preset's, when None (then fitted, as above).
         reward_weights: one weight per reward; the Task's, else 1.0 each, when None.
         n_prompts: training prompts drawn to sample (at least 1).
-        seed: the draw of those prompts.
+        seed: the draw of those prompts and of their samples: the same seed gives the same report.
         match: "final" or "exact", how a completion is judged correct; the Task's, else "final", when None.
         probe_length: tokens to sample up to; the default above when None.
         progress: log how far sampling got.
@@ -346,7 +347,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
 
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
-    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools)
+    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed)
     ids, widened_from = sample(probe), None
     if (_ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit
             and not tools):
@@ -417,13 +418,24 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     report.adjustments = [*applied, f"temperature {base.temperature:g} -> {best.temperature:g}"]
 
 
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """torch's random numbers (CPU, and the current GPU) drawn from `seed` inside, the caller's left as they were."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
 class _Sampler:
     """Draws K completions of every prompt in one batch (a CPU decodes a big batch for little more than a
     small one), saying every few seconds how far it got."""
 
-    def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool, tools: list = ()):
+    def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool, tools: list = (),
+                 seed: int = 0):
         self.model, self.tokenizer, self.prompts, self.k, self.config, self.progress = (
             model, tokenizer, prompts, k, config, progress)
+        self.seed, self.draws = seed, 0
         self.eos = eos_token_ids(model, tokenizer)
         self.tools = list(tools)
         self.tool_figures: dict | None = None  # the first draw's, with tools
@@ -462,9 +474,11 @@ class _Sampler:
         settings = dict(do_sample=True, temperature=c.temperature if temperature is None else temperature,
                         top_p=c.top_p, top_k=c.top_k or None, min_p=c.min_p, repetition_penalty=c.repetition_penalty,
                         batch_size=max(1, len(prompts)))
-        ids = generate_ids(self.model, self.tokenizer, prompts, progress=progress_lines(label) if self.progress
-                           else None, **settings, **kwargs)
-        return self._with_tools(prompts, ids, settings, kwargs["max_new_tokens"]) if self.tools else ids
+        self.draws += 1
+        with seeded(self.seed * 1000 + self.draws):  # the same seed, the same samples and verdict
+            ids = generate_ids(self.model, self.tokenizer, prompts, progress=progress_lines(label) if self.progress
+                               else None, **settings, **kwargs)
+            return self._with_tools(prompts, ids, settings, kwargs["max_new_tokens"]) if self.tools else ids
 
     def _with_tools(self, prompts: list, ids: list, settings: dict, length: int) -> list[list[list[int]]]:
         """Each sample finished with its tool calls, as training's rollouts are; the tokens of the whole rollout

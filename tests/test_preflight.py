@@ -282,7 +282,6 @@ def test_on_the_tiny_model_noisy_samples_are_probed_colder_and_an_open_temperatu
     greedy, _ = generate(model, tok, prompts, max_new_tokens=4)
     data = Dataset.from_dict({"prompt": prompts, "answer": [g[0] for g in greedy]})
     task = Task("file", data, data, (exact_answer,), match="exact", max_completion_length=4)
-    torch.manual_seed(0)  # both pre-flights below draw the same samples at temperature 1
     r = rloo_kit.preflight(model, tok, task, preset="cpu", num_generations=2, n_prompts=8, progress=False)
     assert r.greedy_pass_rate == 1.0 and r.asked.pass_rate < 1 - 0.15
     cured = any(c.flat_fraction <= r.asked.flat_fraction - 0.1 for c in r.colder)  # noise, where colder helped
@@ -292,11 +291,27 @@ def test_on_the_tiny_model_noisy_samples_are_probed_colder_and_an_open_temperatu
     best = min([r.asked, *r.colder], key=lambda s: s.flat_fraction)
     assert r.trained is best and (best is r.asked or r.adjustments == [f"temperature 1 -> {best.temperature:g}"])
     assert fit_task(task, r)[0].temperature == (None if best is r.asked else best.temperature)
-    torch.manual_seed(0)
     kept = rloo_kit.preflight(model, tok, task.replace(temperature=1.0), preset="cpu", num_generations=2, n_prompts=8,
                               progress=False)
     assert kept.trained.temperature == 1.0 and kept.colder  # probed for the advice, not applied
     assert fit_task(task.replace(temperature=1.0), kept)[0].temperature == 1.0
+
+
+def test_the_same_seed_draws_the_same_samples_and_leaves_the_callers_random_numbers_alone(tiny_model_dir):
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    data = rloo_kit.arithmetic_task(n_train=8, n_test=2)["train"]
+
+    def draw(seed: int) -> list:
+        r = rloo_kit.preflight(model, tok, data, [exact_answer], preset="cpu", num_generations=2,
+                               max_completion_length=6, n_prompts=8, seed=seed, progress=False)  # all 8 rows
+        return [e["completions"] for e in r.examples]
+
+    torch.manual_seed(123)
+    first = draw(0)
+    after_first = torch.rand(1)
+    torch.manual_seed(123)
+    assert draw(0) == first and torch.equal(torch.rand(1), after_first)  # reproducible, and the caller's RNG as it was
+    assert draw(1) != first
 
 
 @pytest.mark.heavy
