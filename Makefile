@@ -60,7 +60,7 @@ $(LLAMA_CPP_STAMP):
 test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
 	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) \
-		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PY) -m pytest
+		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PY) -m pytest --durations=20  # the slowest, for the suite's time
 	$(VENV)/bin/mkdocs build --strict
 
 # The lane for working: lint, unit and in-process tiny-model tests; no notebook run, real model, browser, Unsloth or

@@ -71,12 +71,12 @@ def write(name: str, result: dict, table: list[str], notes: str = "") -> None:
     print("\n".join(table) + ("\n\n" + notes if notes else ""))
 
 
-def cli_train(out: Path, args: list[str], label: str, reuse: bool = False) -> tuple[dict, str]:
+def cli_train(out: Path, args: list[str], label: str, reuse: bool = False, train: bool = True) -> tuple[dict, str]:
     """`rloo-kit train ARGS --output-dir OUT` in a process of its own, as a user runs it (with `reuse`: read what a
-    finished earlier run left there, train only where none finished): its metrics.json ({} when there is none), and
-    the command as typed."""
+    finished earlier run left there, train only where none finished; with `train=False`, train none): its
+    metrics.json ({} when there is none), and the command as typed."""
     cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *args, "--output-dir", str(out)]
-    if not (reuse and (out / "metrics.json").is_file()):
+    if train and not (reuse and (out / "metrics.json").is_file()):
         shutil.rmtree(out, ignore_errors=True)
         start = time.time()
         done = subprocess.run(cmd, capture_output=True, text=True)

@@ -4,7 +4,7 @@ at the CLI's defaults (the pre-flight fits the temperature where the samples are
 `--temperature 1` (kept as asked). Where the fit leaves 1.0 the two arms are one setup, trained once. Every
 run is forced (--force), so that the gain stands beside the verdict whatever the verdict says.
 
-    .venv/bin/python benchmarks/sampling_fit.py [--tasks word_sums demo] [--seeds 0 1 2] [--reuse]
+    .venv/bin/python benchmarks/sampling_fit.py [--tasks word_sums demo] [--seeds 0 1 2] [--reuse] [--report-only]
 
 Goals (issue "The run samples the way the model answers best"): no task that gains >= 0.15 when forced is
 refused; every hopeless task is refused; every learnable task file gains >= +0.25 in 30 steps at the defaults
@@ -43,12 +43,12 @@ CASES = {
 }
 
 
-def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool) -> dict:
+def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool, train: bool = True) -> dict:
     """One arm of one task and seed: "fitted" (the CLI's defaults) or "t1" (--temperature 1)."""
     out = RUNS / f"{name}-{arm}-s{seed}"
     m, command = cli_train(out, [*CASES[name][1], "--max-steps", str(max_steps), "--seed", str(seed), "--force",
                                  "--overwrite", *(["--temperature", "1"] if arm == "t1" else [])],
-                           f"{name} {arm} seed {seed}", reuse)
+                           f"{name} {arm} seed {seed}", reuse, train)
     pre = m.get("preflight") or {}
     right = held_out_right(out / "evaluation_after.json"), held_out_right(out / "evaluation_before.json")
     return {"task": name, "arm": arm, "seed": seed, "verdict": pre.get("verdict"), "problems": pre.get("problems"),
@@ -109,14 +109,16 @@ def main() -> None:
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
     ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling; train "
                     "only those missing")
+    ap.add_argument("--report-only", action="store_true", help="train nothing: the table from the runs already there "
+                    "(a run not there is reported as not measured)")
     args = ap.parse_args()
     runs = []
     for name in args.tasks:
         for seed in args.seeds:
-            fitted = run(name, "fitted", seed, args.max_steps, args.reuse)
+            fitted = run(name, "fitted", seed, args.max_steps, args.reuse, not args.report_only)
             runs.append(fitted)
             if fitted["temperature"] != 1.0:  # the fit changed the setup (or is unknown): train 1.0 beside it
-                runs.append(run(name, "t1", seed, args.max_steps, args.reuse))
+                runs.append(run(name, "t1", seed, args.max_steps, args.reuse, not args.report_only))
     table = ["| task | kind | verdict at the defaults | fitted temperature | greedy right (pre-flight) | pre-flight s "
              "| seeds | gain at temperature 1 | gain at the defaults | after: defaults - temperature 1 | sampled "
              "accuracy before -> after (defaults, seed 0) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
