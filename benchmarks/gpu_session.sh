@@ -23,10 +23,11 @@ check() {  # check NAME SECONDS COMMAND...: run it, log its output and exit stat
   timeout -s INT -k 20 "$limit" "$@" >>"$LOG" 2>&1  # SIGINT, as Ctrl-C: a run stopped keeps its adapter
   echo "== $name rc=$? in $((SECONDS - start))s" >>"$LOG"
   tar czf "$OUT/results.tgz" benchmarks/results/backends-cuda* benchmarks/results/cuda-oom.json 2>/dev/null
-  if [ -d runs/gpu-demo ]; then  # files come back at 16 MiB at most: the adapter travels in parts
-    rm -f "$OUT"/gpu-demo.tgz.*
-    tar czf - --exclude='checkpoint-*' runs/gpu-demo | split -b 15M -d -a 1 - "$OUT/gpu-demo.tgz."
-  fi
+  for run in gpu-demo gpu-demo-lr; do  # files come back at 16 MiB at most: an adapter travels in parts
+    [ -d "runs/$run" ] || continue
+    rm -f "$OUT/$run".tgz.*
+    tar czf - --exclude='checkpoint-*' "runs/$run" | split -b 15M -d -a 1 - "$OUT/$run.tgz."
+  done
   return 0
 }
 
@@ -42,6 +43,10 @@ print('built', default_model_path())"
 check backends-qwen2.5-0.5b 330 python3 benchmarks/backends.py --model random:qwen2.5-0.5b --name backends-cuda-qwen2.5-0.5b
 check learning-run 200 python3 -m rloo_kit.cli train --task arithmetic --model smollm2-135m --preset 8gb \
   --max-steps "$STEPS" --output-dir runs/gpu-demo
+# the first session's run learned little (0.52 -> 0.58) at the 8gb preset's 5e-5, meant for 0.5B-8B models:
+# the same run at the rate measured for this model on a CPU (benchmarks/results/learning-rate.md)
+check learning-run-lr 200 python3 -m rloo_kit.cli train --task arithmetic --model smollm2-135m --preset 8gb \
+  --learning-rate 4e-4 --max-steps "$STEPS" --output-dir runs/gpu-demo-lr
 check out-of-memory 60 python3 benchmarks/cuda_oom.py --backend transformers
 check backends-smollm2 150 python3 benchmarks/backends.py --model smollm2-135m --name backends-cuda-smollm2-135m
 check backends-qwen2.5-1.5b 300 python3 benchmarks/backends.py --model random:qwen2.5-1.5b --name backends-cuda-qwen2.5-1.5b
