@@ -73,20 +73,20 @@ def gain(r: dict) -> float | None:
 
 
 def row(name: str, runs: list[dict]) -> str:
-    fitted = [r for r in runs if r["arm"] == "fitted"]
-    t1 = [r for r in runs if r["arm"] == "t1"]
-    first = fitted[0]
-    greedy = first["greedy_pass_rate"]
-    gains_f = [gain(r) for r in fitted if gain(r) is not None]
-    gains_1 = ([gain(r) for r in t1 if gain(r) is not None] if t1 else gains_f)  # one setup when the fit kept 1.0
-    diffs = [(f["after"] - o["after"]) for f in fitted for o in (t1 or fitted) if f["seed"] == o["seed"]
-             and f["after"] is not None and o["after"] is not None]
-    if first["verdict"] is None:
+    """One task's line, paired by seed: a seed where the fit kept temperature 1 trained one setup, which is then
+    both arms (its difference 0); seeds not measured are left out."""
+    fitted = [r for r in runs if r["arm"] == "fitted" and r["after"] is not None]
+    if not fitted:
         return f"| {name} | {CASES[name][0]} | not measured | - | - | - | 0 | - | - | - | - |"
+    t1 = {r["seed"]: r for r in runs if r["arm"] == "t1" and r["after"] is not None}
+    at_1 = {f["seed"]: f if f["temperature"] == 1.0 else t1.get(f["seed"]) for f in fitted}
+    pairs = [(f, at_1[f["seed"]]) for f in fitted if at_1[f["seed"]] is not None]
+    first, greedy = fitted[0], fitted[0]["greedy_pass_rate"]
     return (f"| {name} | {CASES[name][0]} | {first['verdict']} [{', '.join(first['problems'] or [])}] | "
             f"{first['temperature']:g} | {'-' if greedy is None else f'{greedy:.2f}'} | "
             f"{first['preflight_seconds']} | {len(fitted)} | "
-            f"{_mean(gains_1)} | {_mean(gains_f)} | {_mean(diffs)} | "
+            f"{_mean([gain(o) for _, o in pairs])} | {_mean([gain(f) for f in fitted])} | "
+            f"{_mean([f['after'] - o['after'] for f, o in pairs])} | "
             f"{_acc(first['sampled_before'])} -> {_acc(first['sampled_after'])} |")
 
 
