@@ -270,8 +270,13 @@ def test_the_output_folder_is_made_as_train_makes_its_own(tiny, tmp_path):
     base, adapter = tiny["qwen2"]
     assert export_gguf(adapter, tmp_path / "new" / "deeper" / "m.gguf", model=str(base)).is_file()
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(ExportError, match="is a file"):
+    with pytest.raises(ExportError, match="is not a folder"):
         export_gguf(adapter, tmp_path / "a-file" / "m.gguf", model=str(base))
+    with pytest.raises(ExportError, match="is not a folder"):
+        export_gguf(adapter, tmp_path / "a-file" / "sub" / "m.gguf", model=str(base))
+    with pytest.raises(ExportError):  # refused before writing: no folder made for nothing
+        export_gguf(adapter, tmp_path / "refused" / "m.gguf", model=str(base), quant="q4_k_m")
+    assert not (tmp_path / "refused").exists()
 
 
 def test_overwrite_replaces(tiny, tmp_path):

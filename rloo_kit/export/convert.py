@@ -59,10 +59,9 @@ def check_output(output: str | Path, overwrite: bool) -> Path:
     out = Path(output).expanduser()
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists: choose another --output, or pass --overwrite (overwrite=True) to replace it.")
-    if out.parent.exists() and not out.parent.is_dir():
-        raise ExportError(f"{out.parent} is a file, not a folder for {out.name}: choose another --output.")
-    out.parent.mkdir(parents=True, exist_ok=True)  # as train makes its --output-dir
-    return out
+    if any(p.exists() and not p.is_dir() for p in out.parents):
+        raise ExportError(f"{out.parent} is not a folder for {out.name}: choose another --output.")
+    return out  # a missing folder is made when writing starts (_atomic), as train makes its --output-dir
 
 
 def base_config(adapter: str | Path, model: str | None = None):
@@ -532,6 +531,7 @@ def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = True, token
 def _atomic(out: Path, *, directory: bool = False) -> Iterator[Path]:
     """A temporary path beside `out` (same file system) that replaces `out` only when the block finishes; on any
     error it is removed and `out` is left as it was. A full disk becomes an ExportError saying so."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
     os.close(fd)
     tmp = Path(name)
