@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU path on a lent GPU machine, as one prepared command (see benchmarks/gpu_pack.sh for what travels):
 #   bash benchmarks/gpu_session.sh            # after the packed site and model parts are in place
+#   GPU_CHECKS="default-model backends-qwen2.5-0.5b" bash benchmarks/gpu_session.sh  # only the checks named
+# (default-model first: every other check, the random-weights shapes too, uses the default model's tokenizer)
 # Each check runs in its own process under its own time limit, so one failure does not hide the others, and its
 # results are copied to $OUT as soon as it ends (the command may be stopped at its limit). The limits are from the
 # first session (H200): three backends on the 0.5B shape took over 200 s (each loads, and Unsloth compiles for
@@ -15,6 +17,7 @@ DEADLINE=$((SECONDS + ${GPU_BUDGET:-540}))  # the whole session, so the last che
 
 check() {  # check NAME SECONDS COMMAND...: run it, log its output and exit status, keep what it wrote
   local name=$1 limit=$2; shift 2
+  case " ${GPU_CHECKS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
   local left=$((DEADLINE - SECONDS))
   if [ "$left" -lt 30 ]; then echo "== $name skipped: ${left}s left" >>"$LOG"; return 0; fi
   [ "$limit" -gt "$left" ] && limit=$left

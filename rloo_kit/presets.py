@@ -156,6 +156,29 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
 
 GPU_PRESETS = tuple(p for p in PRESETS.values() if p.name != "cpu")  # ascending memory
 
+SMALL_MODEL_PARAMS = 0.2e9  # below this a model trains at SMALL_MODEL_LEARNING_RATE whatever the preset
+SMALL_MODEL_LEARNING_RATE = 4e-4
+
+
+def learning_rate_for(preset: Preset, params: float) -> float:
+    """The learning rate a model of `params` parameters trains at under `preset`, unless one is asked for.
+
+    The GPU presets' rates (5e-5, 3e-5) are for their 0.5B-32B models; a LoRA adapter on a model of under 0.2B
+    parameters needs a larger step. Measured on SmolLM2-135M: 4e-4 on a CPU (benchmarks/results/learning-rate.md),
+    and on CUDA with the 8gb preset, 30 demo steps moved held-out accuracy 0.52 -> 0.58 at its 5e-5 and
+    0.52 -> 0.84 at 4e-4 (benchmarks/results/gpu-h200.md).
+
+    Args:
+        preset: the run's preset.
+        params: the model's parameter count (`memory.ModelShape.params`).
+
+    Returns:
+        The preset's learning rate, raised to SMALL_MODEL_LEARNING_RATE for a model under SMALL_MODEL_PARAMS.
+    """
+    if params < SMALL_MODEL_PARAMS:
+        return max(preset.learning_rate, SMALL_MODEL_LEARNING_RATE)
+    return preset.learning_rate
+
 
 def list_presets() -> list[Preset]:
     """Every RLOO preset, the cpu one first, then the GPU ones from the smallest memory up.

@@ -30,12 +30,21 @@ from .data import validate_dataset
 from .diagnostics import HealthMonitor
 from .distributed import barrier, is_main_process, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
+from .memory import ModelShape
 from .models import attach_lora, require_adapter
 from .notebook.live import attach_live_view
 from .patches import allowed, patch_before_trainer, patch_trainer
 from .patches.private import load_checkpoint
 from .pool import PoolCallback, PromptPool
-from .presets import GPU_PRESETS, Preset, make_config, resolve_preset, validate_rloo_fields
+from .presets import (
+    GPU_PRESETS,
+    SMALL_MODEL_PARAMS,
+    Preset,
+    learning_rate_for,
+    make_config,
+    resolve_preset,
+    validate_rloo_fields,
+)
 from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
 from .tools import MAX_CALLS, as_tools
@@ -118,6 +127,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                           "put the overrides into the RLOOConfig, or drop config= to build one from the preset.")
     preset = resolve_preset(preset)
     if config is None:
+        overrides.setdefault("learning_rate", _learning_rate(model, preset))
         config = make_config(preset, output_dir=output_dir, **overrides)
     else:
         validate_rloo_fields(vars(config), preset.max_seq_length)
@@ -150,6 +160,18 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     if live:
         attach_live_view(trainer, monitor)
     return trainer
+
+
+def _learning_rate(model, preset: Preset) -> float:
+    """The preset's learning rate for this model's size (`presets.learning_rate_for`), said when it differs."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "hidden_size"):
+        return preset.learning_rate
+    lr = learning_rate_for(preset, ModelShape.from_config(config).params)
+    if lr != preset.learning_rate:
+        log.info(f"learning rate {lr:g}, not the {preset.name} preset's {preset.learning_rate:g}: a model under "
+                 f"{SMALL_MODEL_PARAMS / 1e9:g}B parameters needs a larger step (learning_rate= sets one).")
+    return lr
 
 
 def _validator(task: Task, tokenizer, config: RLOOConfig):

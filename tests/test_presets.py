@@ -135,3 +135,16 @@ def test_parse_params():
 def test_shape_from_params_is_close_to_a_real_model():
     shape = ModelShape.from_params(1.5e9)
     assert 1000 < shape.hidden < 2200 and shape.layers == 28
+
+
+def test_a_model_under_the_small_size_trains_at_the_larger_rate():
+    """A GPU preset's 5e-5 (for 0.5B-8B models) barely moved SmolLM2-135M on CUDA; a model that small gets 4e-4,
+    a larger one the preset's rate, and no rate is lowered."""
+    from rloo_kit.presets import SMALL_MODEL_LEARNING_RATE, learning_rate_for
+
+    small, large = ModelShape.from_params(135e6).params, ModelShape.from_params(1.5e9).params
+    assert learning_rate_for(get_preset("8gb"), small) == SMALL_MODEL_LEARNING_RATE == 4e-4
+    assert learning_rate_for(get_preset("80gb"), small) == 4e-4
+    assert learning_rate_for(get_preset("8gb"), large) == get_preset("8gb").learning_rate == 5e-5
+    faster = dataclasses.replace(get_preset("cpu"), learning_rate=1e-3)
+    assert learning_rate_for(faster, small) == 1e-3

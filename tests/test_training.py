@@ -71,6 +71,20 @@ def test_adapter_save_reload_gives_same_outputs(tiny_model_dir, tmp_path, cpu_ti
         assert torch.allclose(merged.eval()(ids).logits, expected, atol=1e-4)
 
 
+def test_small_model_gets_the_small_model_rate_unless_one_is_asked(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    """The tiny model is under 0.2B parameters: a preset rate of 5e-5 becomes 4e-4; an asked rate is kept."""
+    import dataclasses
+
+    slow = dataclasses.replace(rloo_kit.get_preset("cpu"), learning_rate=5e-5)
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    trainer = build_trainer(model, tok, data(), [length_reward], preset=slow, output_dir=str(tmp_path / "a"),
+                            **cpu_tiny_overrides)
+    assert trainer.args.learning_rate == 4e-4
+    trainer = build_trainer(trainer.model, tok, data(), [length_reward], preset=slow, output_dir=str(tmp_path / "b"),
+                            learning_rate=2e-5, **cpu_tiny_overrides)
+    assert trainer.args.learning_rate == 2e-5
+
+
 def test_dataset_without_prompt_is_refused_before_training(tiny_model_dir, tmp_path):
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     with pytest.raises(DataError, match="no 'prompt' column"):
