@@ -30,9 +30,11 @@ from pathlib import Path
 from common import REPO, cli_train, load_note, stamp, write
 from sampling_fit import CASES, held_out_right
 
+from rloo_kit.presets import PRESETS
+
 RUNS = REPO / "runs" / "bench-efficiency"
 ARMS = {"plain": [], "pool": ["--prompt-pool"], "double": ["--batch-size", "{double}"]}
-COMPLETIONS_PER_STEP = 8  # the cpu preset's per_device_train_batch_size, which "double" doubles
+COMPLETIONS_PER_STEP = PRESETS["cpu"].per_device_train_batch_size  # what "double" doubles
 BOOTSTRAP = 2000
 
 

@@ -223,6 +223,10 @@ def cmd_train(args) -> int:
 
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
+    if args.tools and args.tool_warm_start:  # a warm-start it could not give fails now, not after the pre-flight
+        from .tools import demonstrating_tool
+
+        demonstrating_tool(list(task.tools))
     recipe = dump(recipe_of(args, model=plan.model, task=plan.task, preset=plan.preset.name))
     if args.print_config:
         print(recipe + _settings_text(plan, task, args))

@@ -224,25 +224,7 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "or degenerating, and its text will stop resembling the base model's.",
                 f"raise beta {b}; halve learning_rate {lr:g} -> {lr / 2:g}; keep max_grad_norm at 1.0.")
     if kind == "reward_collapse":
-        t = t or Thresholds()
-        reward, entropy = ev.get("reward"), ev.get("entropy")
-        cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
-                 "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
-                 if reward is not None and abs(reward) < 1e-9 else "")
-        if entropy is not None and entropy >= t.noisy_entropy:
-            sampling = (f"the samples are noisy (entropy {entropy:.2f} a token): if the greedy answers are better "
-                        f"(rloo-kit eval shows both), lower temperature {temp:g} -> {round(temp / 2, 2):g} or set "
-                        "min_p=0.1, and num_generations")
-        elif entropy is not None and entropy <= t.alike_entropy:
-            sampling = (f"the samples are nearly one answer (entropy {entropy:.3f} a token): raise temperature "
-                        f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
-        else:
-            sampling = "raise num_generations"
-        return (f"Most groups have no reward spread ({ev}): every completion of a prompt scores the same, so "
-                f"the leave-one-out advantage is zero and nothing is learned.{cause}",
-                f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
-                f"if the task is too hard, make it easier or give partial credit; {sampling} {g} -> {2 * g}. If the "
-                "reward is at its maximum, the task is solved: stop.")
+        return _collapse_advice(ev, g, temp, t or Thresholds())
     if kind == "reward_hacking":
         return _hacking_advice(ev, args, beta)
     if kind == "tool_unused":
@@ -268,6 +250,28 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
             "no final answer to score.",
             f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or add "
             "rloo_kit.rewards.brevity() with a small weight.")
+
+
+def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:
+    """No reward spread: a reward that never pays, samples too noisy (colder) or too alike (warmer)."""
+    reward, entropy = ev.get("reward"), ev.get("entropy")
+    cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
+             "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
+             if reward is not None and abs(reward) < 1e-9 else "")
+    if entropy is not None and entropy >= t.noisy_entropy:
+        sampling = (f"the samples are noisy (entropy {entropy:.2f} a token): if the greedy answers are better "
+                    f"(rloo-kit eval shows both), lower temperature {temp:g} -> {round(temp / 2, 2):g} or set "
+                    "min_p=0.1, and num_generations")
+    elif entropy is not None and entropy <= t.alike_entropy:
+        sampling = (f"the samples are nearly one answer (entropy {entropy:.3f} a token): raise temperature "
+                    f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
+    else:
+        sampling = "raise num_generations"
+    return (f"Most groups have no reward spread ({ev}): every completion of a prompt scores the same, so "
+            f"the leave-one-out advantage is zero and nothing is learned.{cause}",
+            f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
+            f"if the task is too hard, make it easier or give partial credit; {sampling} {g} -> {2 * g}. If the "
+            "reward is at its maximum, the task is solved: stop.")
 
 
 def _hacking_advice(ev: dict, args, beta: float | None) -> tuple[str, str]:

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .distributed import is_main_process
-from .errors import ConfigError, RunRefused
+from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
 from .pool import PromptPool
-from .preflight_check import SPREAD_EPS, PreflightReport, demonstrate_hint, fit_task, preflight, refit
+from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
-from .tools import warm_start, worked_examples
+from .tools import demonstrating_tool, warm_start, worked_examples
 from .tools.warmup import WARM_EPOCHS
 from .training import ADAPTER_DIR, build_trainer, train
 
@@ -168,11 +168,7 @@ class Run:
         """Teach the call syntax to a model that never calls its tools (the pre-flight's `tool_unused`): `examples`
         worked examples of the first tool that can demonstrate one, from the training rows, trained with TRL's
         SFTTrainer into the run's adapter (`tools.warm_start`). RLOO's reference is then the warmed model."""
-        tool = next((t for t in self.task.tools if getattr(t.fn, "demonstrate", None)), None)
-        if tool is None:
-            raise ConfigError(f"A warm-start needs a tool that can show a worked call (a `demonstrate(question)` "
-                              f"attribute, as the built-in calculator has): give one, or train without the "
-                              f"warm-start. {demonstrate_hint(self.task.tools[0].name)}")
+        tool = demonstrating_tool(list(self.task.tools))
         shown = worked_examples(self.task, tool, n=examples)
         self.model = warm_start(self.model, self.tokenizer, shown, output_dir=str(self.out / WARM_DIR),
                                 preset=self.plan.preset, epochs=epochs, seed=self.seed)

@@ -48,10 +48,12 @@ from .rewards import (
 )
 from .tasks import Task
 from .tools.protocol import final_message
+from .tools.warmup import demonstrate_hint
 
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from trl import RLOOConfig
 
 PROBE_FACTOR = 4  # sample up to this many times the completion length, to see what an uncut answer needs
 PROBE_CAP = 128  # ... but no further than this many tokens at first (the length proposals stay within it)
@@ -320,30 +322,13 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
     if n_prompts < 1:
         raise ConfigError(f"n_prompts={n_prompts}: the pre-flight needs at least one prompt to sample (skip it "
                           "instead: --preflight-prompts 0 on the command line).")
-    open_length = isinstance(dataset, Task) and dataset.max_completion_length is None and max_completion_length is None
-    open_sampling = isinstance(dataset, Task) and dataset.temperature is None and temperature is None
-    tools = list(dataset.tools) if isinstance(dataset, Task) else []
-    if isinstance(dataset, Task):
-        task = dataset
-        dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
-        reward_weights = reward_weights if reward_weights is not None else task.reward_weights
-        max_completion_length = max_completion_length or task.max_completion_length
-        temperature = temperature if temperature is not None else task.temperature
-        match = match or task.match
-    preset = resolve_preset(preset)
-    overrides = {k: v for k, v in dict(num_generations=num_generations, max_completion_length=max_completion_length,
-                                       temperature=temperature).items() if v is not None}
-    config = make_config(preset, output_dir="runs/preflight", save_strategy="no", **overrides)
+    run = _Inputs.resolve(dataset, reward_funcs, preset, reward_weights, match, num_generations=num_generations,
+                          max_completion_length=max_completion_length, temperature=temperature)
+    dataset, funcs, weights, config, tools = run.dataset, run.funcs, run.weights, run.config, run.tools
     k, length = config.num_generations, config.max_completion_length
-    limit = max(length, preset.max_seq_length // 2)  # the longest completion length a proposal may reach
+    limit = max(length, run.preset.max_seq_length // 2)  # the longest completion length a proposal may reach
     # with tools a rollout is several turns, sampled as training samples it: to the completion length
     probe = length if tools else max(length, probe_length or min(PROBE_FACTOR * length, PROBE_CAP))
-    funcs = [hub_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
-             for f in guard(reward_funcs or [], patience=10**9)]
-    validate_dataset(dataset, set().union(*map(required_columns, funcs)), name="dataset")
-    weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
-    if len(weights) != len(funcs):
-        raise ConfigError(f"{len(weights)} reward weights for {len(funcs)} reward functions: give one weight each.")
 
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
@@ -354,7 +339,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
         widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
         _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
         ids = sample.extend(ids, widened_from, probe)
-    judge = _Judge(tokenizer, sample, ids, picked, rows, match or "final")
+    judge = _Judge(tokenizer, sample, ids, picked, rows, run.match)
     ended = [len(seq) for group in ids for seq in group if _ended(seq, sample.eos)]
     asked = judge(length, funcs, weights)
     suggestion = _suggest(ended, k * len(rows), probe, length)
@@ -367,23 +352,73 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
             t.name for t in tools if not getattr(t.fn, "demonstrate", None)]},
         examples=[{"prompt": asked.prompts[i].prompt, "completions": judge.texts(length)[i * k:(i + 1) * k],
                    "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
-    longer = min(suggestion, limit)
-    add_brevity = asked.truncation_rate >= TRUNCATION_SHARE and "brevity" not in {_name(f) for f in funcs}
-    proposed_rewards = (funcs, weights)  # the rewards the proposed setup is judged by
-    if asked.truncation_rate > FIT_CUT_SHARE and longer > length or add_brevity:
-        report.proposed, report.applies = judge(max(longer, length), funcs, weights), open_length
-        report.adjustments = ([f"completion length {length} -> {longer}"] if longer > length else [])
-        if add_brevity:
-            report.brevity_max_chars = _brevity_chars(dataset)
-            proposed_rewards = ([*funcs, *guard([brevity(max_chars=report.brevity_max_chars)])],
-                                [*weights, BREVITY_WEIGHT])
-            report.proposed = judge(report.proposed.max_completion_length, *proposed_rewards)
-            report.adjustments.append(f"+ brevity reward (weight {BREVITY_WEIGHT:g})")
-    _fit_sampling(report, sample, judge, open_sampling, proposed_rewards if report.applies else (funcs, weights))
+    proposed_rewards = _propose_length_and_brevity(report, judge, run, min(suggestion, limit))
+    _fit_sampling(report, sample, judge, run.open_sampling, proposed_rewards if report.applies else (funcs, weights))
     for setup in filter(None, (asked, report.proposed, *report.colder)):
         setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
     return report
+
+
+@dataclass
+class _Inputs:
+    """What the pre-flight judges, every setting resolved as `build_trainer` resolves it."""
+
+    dataset: Dataset
+    funcs: list
+    weights: list[float]
+    config: RLOOConfig
+    preset: Preset
+    match: str
+    tools: list
+    open_length: bool  # a task whose completion length the kit fits (a file task)
+    open_sampling: bool  # a task whose temperature the kit fits
+
+    @classmethod
+    def resolve(cls, dataset: Dataset | Task, reward_funcs, preset, reward_weights, match, **settings) -> _Inputs:
+        """From the arguments, then the Task's (when `dataset` is one), then the preset's; the rewards' columns and
+        weights checked against the rows."""
+        task = dataset if isinstance(dataset, Task) else None
+        open_length = (task is not None and task.max_completion_length is None
+                       and settings["max_completion_length"] is None)
+        open_sampling = task is not None and task.temperature is None and settings["temperature"] is None
+        if task is not None:
+            dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
+            reward_weights = reward_weights if reward_weights is not None else task.reward_weights
+            settings["max_completion_length"] = settings["max_completion_length"] or task.max_completion_length
+            if settings["temperature"] is None:
+                settings["temperature"] = task.temperature
+            match = match or task.match
+        preset = resolve_preset(preset)
+        config = make_config(preset, output_dir="runs/preflight", save_strategy="no",
+                             **{k: v for k, v in settings.items() if v is not None})
+        funcs = [hub_reward_model(f) if isinstance(f, (str, torch.nn.Module)) else f
+                 for f in guard(reward_funcs or [], patience=10**9)]
+        validate_dataset(dataset, set().union(*map(required_columns, funcs)), name="dataset")
+        weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
+        if len(weights) != len(funcs):
+            raise ConfigError(f"{len(weights)} reward weights for {len(funcs)} reward functions: give one weight each.")
+        return cls(dataset, funcs, weights, config, preset, match or "final", list(task.tools) if task else [],
+                   open_length, open_sampling)
+
+
+def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _Inputs, longer: int) -> tuple:
+    """Where many samples are cut, the setup the kit would train instead: a longer completion (`longer`, within
+    the preset's room) and, where no brevity reward is there, one added; `report.proposed` judged in it. Returns
+    the rewards and weights that setup uses."""
+    asked, length = report.asked, run.config.max_completion_length
+    add_brevity = asked.truncation_rate >= TRUNCATION_SHARE and "brevity" not in {_name(f) for f in run.funcs}
+    rewards = (run.funcs, run.weights)
+    if not (asked.truncation_rate > FIT_CUT_SHARE and longer > length or add_brevity):
+        return rewards
+    report.proposed, report.applies = judge(max(longer, length), *rewards), run.open_length
+    report.adjustments = [f"completion length {length} -> {longer}"] if longer > length else []
+    if add_brevity:
+        report.brevity_max_chars = _brevity_chars(run.dataset)
+        rewards = ([*run.funcs, *guard([brevity(max_chars=report.brevity_max_chars)])], [*run.weights, BREVITY_WEIGHT])
+        report.proposed = judge(report.proposed.max_completion_length, *rewards)
+        report.adjustments.append(f"+ brevity reward (weight {BREVITY_WEIGHT:g})")
+    return rewards
 
 
 def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open_sampling: bool,
@@ -579,74 +614,85 @@ def _ended_share(ids: list, eos: set[int]) -> float:
 def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
     """The problems one setup's numbers predict, each with its cause named and its fix in this run's own
     numbers; a fix never proposes what the setup already uses."""
-    problems = []
-    for r in setup.rewards:
-        if r.unscored > UNSCORED_SHARE:
-            nothing = r.unscored >= 1.0
-            problems.append(Problem(
-                "unscored", f"Reward '{r.name}' gave no usable score for {r.unscored:.0%} of the samples "
-                f"({describe(Counter(r.causes))}).",
-                "Make it return one float per completion (None only where it does not apply), and try it by hand "
-                "on a few completions: the pre-flight report's examples (`report.examples`, or `examples` in "
-                "`rloo-kit preflight --json`).", blocking=nothing))
+    problems = _unscored(setup)
     if report.tools is not None and report.tools["call_rate"] < TOOL_UNUSED_SHARE:
         problems.append(_tool_unused(report, setup))
-    g, temp, length = report.num_generations, setup.temperature, setup.max_completion_length
     names = {r.name for r in setup.rewards}
     # flat because right in all K samples, not because wrong or cut: the model already knows these prompts
     mostly_known = setup.flat_fraction >= WEAK_SHARE and setup.solved_fraction >= setup.flat_fraction / 2
     if setup.pass_rate is not None and (setup.pass_rate >= SOLVED_PASS_RATE or mostly_known):
-        fixes = ["use harder prompts (or filter out the solved ones with report.filter)"]
-        if temp < 0.7:
-            fixes.append(f"raise temperature {temp:g} -> 1.0 so that the K samples differ")
-        problems.append(Problem(
-            "solved", f"The model already answers {setup.solved_fraction:.0%} of the sampled prompts right in all "
-            f"{g} samples ({setup.pass_rate:.0%} of completions right at {length} tokens): there is "
-            + ("almost nothing" if setup.flat_fraction >= COLLAPSE_SHARE else "little")
-            + " left for RLOO to teach on these prompts.", "; ".join(fixes) + ", or evaluate instead of training.",
-            blocking=setup.pass_rate >= SOLVED_PASS_RATE or setup.flat_fraction >= COLLAPSE_SHARE))
+        problems.append(_solved(report, setup))
     elif setup.flat_fraction >= WEAK_SHARE:
         blocking = setup.flat_fraction >= COLLAPSE_SHARE
         alike = "got the same reward" + (" or the same verdict on their answer" if setup.pass_rate is not None else "")
-        flat = f"{setup.flat_fraction:.0%} of prompts {alike} for all {g} completions"
+        flat = f"{setup.flat_fraction:.0%} of prompts {alike} for all {report.num_generations} completions"
         if setup.cut_without_spread >= 0.5:  # the answers are cut, not wrong: the fix is length
             problems.append(Problem(
-                "truncation", f"{flat} at {length} tokens, because their completions are cut before the answer "
-                f"({setup.truncation_rate:.0%} of all completions are).", _length_fix(report, length, names),
-                blocking=blocking))
-        elif noise := _sampling_noise(report, setup, flat):
-            problems.append(noise)
+                "truncation", f"{flat} at {setup.max_completion_length} tokens, because their completions are cut "
+                f"before the answer ({setup.truncation_rate:.0%} of all completions are).",
+                _length_fix(report, setup.max_completion_length, names), blocking=blocking))
         else:
-            asked = report.asked
-            elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
-                         and asked.pass_rate is not None else "")
-            greedy = ("" if report.greedy_pass_rate is None else
-                      f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so colder sampling "
-                      "would not help")
-            why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
-                   f"length probed, not cut{greedy}" if setup.pass_rate is not None
-                   else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}")
-            fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
-            if "correct_answer" not in names or "exact_answer" in names:
-                fixes.append("give partial credit (rewards.correct_answer rather than an all-or-nothing match)")
-            if "brevity" not in names:
-                fixes.append("add rewards.brevity() with a small weight so that right answers differ too")
-            more = f"raise num_generations {g} -> {2 * g}"
-            if setup.alike_fraction >= ALIKE_SHARE:  # K copies of one answer: a warmer draw makes them differ
-                more += (f" and temperature {temp:g} -> {min(temp + 0.3, 1.5):g} (the {g} samples of "
-                         f"{setup.alike_fraction:.0%} of these prompts are one answer)")
-            fixes += ["try a bigger model", more]
-            problems.append(Problem(
-                "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
-                + ("learn nothing from them." if blocking else "learn slowly, from the few that differ."),
-                "; ".join(fixes) + ".", blocking=blocking))
+            problems.append(_sampling_noise(report, setup, flat) or _collapse(report, setup, flat, names, blocking))
     if setup.truncation_rate >= TRUNCATION_SHARE and "truncation" not in [p.kind for p in problems]:
+        length = setup.max_completion_length
         problems.append(Problem(
             "truncation", f"{setup.truncation_rate:.0%} of completions are cut at max_completion_length={length}; "
             f"those that end need {report.needed_lengths.get('p90', 0)} tokens (90th percentile), and "
             f"{report.finished_within_probe:.0%} end within {report.probe_length}.",
             _length_fix(report, length, names), blocking=False))
     return problems
+
+
+def _unscored(setup: Setup) -> list[Problem]:
+    """A reward that gives no usable score for many samples: blocking where it scores none at all."""
+    return [Problem(
+        "unscored", f"Reward '{r.name}' gave no usable score for {r.unscored:.0%} of the samples "
+        f"({describe(Counter(r.causes))}).",
+        "Make it return one float per completion (None only where it does not apply), and try it by hand "
+        "on a few completions: the pre-flight report's examples (`report.examples`, or `examples` in "
+        "`rloo-kit preflight --json`).", blocking=r.unscored >= 1.0)
+        for r in setup.rewards if r.unscored > UNSCORED_SHARE]
+
+
+def _solved(report: PreflightReport, setup: Setup) -> Problem:
+    """Most prompts right in all K samples: little left to teach."""
+    fixes = ["use harder prompts (or filter out the solved ones with report.filter)"]
+    if setup.temperature < 0.7:
+        fixes.append(f"raise temperature {setup.temperature:g} -> 1.0 so that the K samples differ")
+    return Problem(
+        "solved", f"The model already answers {setup.solved_fraction:.0%} of the sampled prompts right in all "
+        f"{report.num_generations} samples ({setup.pass_rate:.0%} of completions right at "
+        f"{setup.max_completion_length} tokens): there is "
+        + ("almost nothing" if setup.flat_fraction >= COLLAPSE_SHARE else "little")
+        + " left for RLOO to teach on these prompts.", "; ".join(fixes) + ", or evaluate instead of training.",
+        blocking=setup.pass_rate >= SOLVED_PASS_RATE or setup.flat_fraction >= COLLAPSE_SHARE)
+
+
+def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str], blocking: bool) -> Problem:
+    """Many prompts without spread because their answers are wrong at every length, not cut and not noise."""
+    g, temp, length, asked = report.num_generations, setup.temperature, setup.max_completion_length, report.asked
+    elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
+                 and asked.pass_rate is not None else "")
+    greedy = ("" if report.greedy_pass_rate is None else
+              f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so colder sampling "
+              "would not help")
+    why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
+           f"length probed, not cut{greedy}" if setup.pass_rate is not None
+           else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}")
+    fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
+    if "correct_answer" not in names or "exact_answer" in names:
+        fixes.append("give partial credit (rewards.correct_answer rather than an all-or-nothing match)")
+    if "brevity" not in names:
+        fixes.append("add rewards.brevity() with a small weight so that right answers differ too")
+    more = f"raise num_generations {g} -> {2 * g}"
+    if setup.alike_fraction >= ALIKE_SHARE:  # K copies of one answer: a warmer draw makes them differ
+        more += (f" and temperature {temp:g} -> {min(temp + 0.3, 1.5):g} (the {g} samples of "
+                 f"{setup.alike_fraction:.0%} of these prompts are one answer)")
+    fixes += ["try a bigger model", more]
+    return Problem(
+        "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
+        + ("learn nothing from them." if blocking else "learn slowly, from the few that differ."),
+        "; ".join(fixes) + ".", blocking=blocking)
 
 
 def _tool_unused(report: PreflightReport, setup: Setup) -> Problem:
@@ -663,13 +709,6 @@ def _tool_unused(report: PreflightReport, setup: Setup) -> Problem:
         "itself in the prompt (with_tools(task, tools, example=...)); then run the pre-flight again."
         + "".join(f" {demonstrate_hint(name)}" for name in report.tools.get("cannot_demonstrate", [])[:1]),
         blocking=alone)
-
-
-def demonstrate_hint(tool: str) -> str:
-    """How to give a tool of one's own the worked call a warm-start needs."""
-    return (f"A warm-start writes each example's call with the tool's `demonstrate(question)`; `{tool}` has none: "
-            f"beside it in its file, `{tool}.demonstrate = my_function`, which returns the call that answers a "
-            f"training question (the text `{tool}(...)` with the question's values) or None where it cannot.")
 
 
 def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem | None:

@@ -57,6 +57,21 @@ def test_a_file_in_another_encoding(tripwire, capsys, tmp_path, tiny_model_dir):
     assert "line 6 is not utf-8: byte 0xe9" in line and "--encoding latin-1" in line
 
 
+def test_a_warm_start_no_tool_can_demonstrate_is_refused_before_the_model_loads(tripwire, capsys, tmp_path,
+                                                                                 tiny_model_dir):
+    """The fix `tool_unused` prints needs a `demonstrate`; without one the run stops before loading, not after
+    the pre-flight has sampled."""
+    tools = tmp_path / "letters.py"
+    tools.write_text('def count_letter(word: str, letter: str) -> int:\n'
+                     '    """How often a letter is in a word.\n\n    Args:\n        word: the word.\n'
+                     '        letter: the letter.\n    """\n    return word.count(letter)\n')
+    path = write_jsonl(tmp_path / "ok.jsonl", good_rows())
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--task", "file", "--path", path, "--tools",
+                  f"{tools}:count_letter", "--tool-warm-start", "8")
+    assert "`count_letter.demonstrate = my_function`" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_utf8_byte_order_mark_is_accepted():
     import tempfile
     from pathlib import Path

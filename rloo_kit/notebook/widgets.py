@@ -39,6 +39,24 @@ def _side(title: str, rows: list[dict], reward_names: list[str]) -> str:
     return "".join(parts)
 
 
+def _right(rows: list[dict]) -> int:
+    return sum(bool(r.get("correct")) for r in rows)
+
+
+_FILTERS = {"all prompts": lambda b, a: True,  # compare_browser's choices: (base rows, adapter rows) -> shown
+            "where they differ": lambda b, a: _right(b) != _right(a),
+            "where the adapter is wrong": lambda b, a: _right(a) < len(a)}
+
+
+def _pair_html(i: int, base: list[dict], adapter: list[dict], names: tuple[str, str], reward_names: list[str]) -> str:
+    """One held-out prompt, its answer, and both models' completions side by side."""
+    answer = base[0].get("answer")
+    return (f"<div style='margin:4px 0'><b>prompt {i + 1}:</b> {html.escape(str(base[0]['prompt']))}"
+            + (f" &nbsp;·&nbsp; <b>answer:</b> {html.escape(str(answer))}" if answer is not None else "")
+            + "</div><div style='display:flex;gap:12px'>"
+            + _side(names[0], base, reward_names) + _side(names[1], adapter, reward_names) + "</div>")
+
+
 def compare_browser(base: EvalReport, adapter: EvalReport, *, names: tuple[str, str] = ("base", "adapter"),
                     mode: str | None = None):
     """A widget to browse held-out prompts with both models' completions side by side; filters show only
@@ -53,14 +71,7 @@ def compare_browser(base: EvalReport, adapter: EvalReport, *, names: tuple[str, 
         return w.HTML("<i>No completions in these reports.</i>")
     known = {"prompt", "completion", "tokens", "answer", "predicted", "correct"}
     reward_names = [k for k in base.completions[0] if k not in known]
-
-    def score(rows):
-        return sum(bool(r.get("correct")) for r in rows)
-
-    filters = {"all prompts": lambda b, a: True,
-               "where they differ": lambda b, a: score(b) != score(a),
-               "where the adapter is wrong": lambda b, a: score(a) < len(a)}
-    choice = w.ToggleButtons(options=list(filters), value="all prompts", style={"button_width": "auto"})
+    choice = w.ToggleButtons(options=list(_FILTERS), value="all prompts", style={"button_width": "auto"})
     slider = w.IntSlider(min=0, max=len(pairs) - 1, value=0, description="prompt", continuous_update=False)
     prev_button, next_button = w.Button(description="Previous", icon="arrow-left"), w.Button(
         description="Next", icon="arrow-right")
@@ -75,16 +86,11 @@ def compare_browser(base: EvalReport, adapter: EvalReport, *, names: tuple[str, 
             shown.value, position.value = "<i>No prompt matches this filter.</i>", ""
             return
         i = indices[slider.value]
-        b, a = pairs[i]
-        answer = b[0].get("answer")
         position.value = f"{slider.value + 1} of {len(indices)} ({len(pairs)} held-out prompts)"
-        shown.value = (f"<div style='margin:4px 0'><b>prompt {i + 1}:</b> {html.escape(str(b[0]['prompt']))}"
-                       + (f" &nbsp;·&nbsp; <b>answer:</b> {html.escape(str(answer))}" if answer is not None else "")
-                       + "</div><div style='display:flex;gap:12px'>"
-                       + _side(names[0], b, reward_names) + _side(names[1], a, reward_names) + "</div>")
+        shown.value = _pair_html(i, *pairs[i], names, reward_names)
 
     def refilter(*_):
-        keep = filters[choice.value]
+        keep = _FILTERS[choice.value]
         state["indices"] = [i for i, (b, a) in enumerate(pairs) if keep(b, a)]
         slider.max = max(len(state["indices"]) - 1, 0)
         slider.value = 0

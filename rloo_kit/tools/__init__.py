@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 
 from .protocol import Tool, as_tools, calculator, instructions
 from .rollout import MAX_CALLS, Rollout, roll_out
-from .warmup import warm_start, worked_examples
+from .warmup import demonstrating_tool, warm_start, worked_examples
 
 __all__ = ["BUILT_IN", "MAX_CALLS", "TOOL_COMPLETION_LENGTH", "Rollout", "Tool", "as_tools", "calculator",
-           "instructions", "load_tools", "roll_out", "tell_prompt", "warm_start", "with_tools", "worked_examples"]
+           "demonstrating_tool", "instructions", "load_tools", "roll_out", "tell_prompt", "warm_start", "with_tools",
+           "worked_examples"]
 
 BUILT_IN = {"calculator": calculator}  # tools the command line names by name alone
 TOOL_COMPLETION_LENGTH = 48  # tokens for a call, its result and a short answer (the products task's, measured)

@@ -12,12 +12,37 @@ from collections.abc import Callable
 
 from datasets import Dataset
 
+from ..errors import ConfigError
 from .protocol import CALL_CLOSE, CALL_OPEN, Tool, find_call, result_text, run_call
 
 log = logging.getLogger("rloo_kit")
 
 WARM_EXAMPLES = 32  # worked examples: enough to teach a syntax, too few to teach the task
 WARM_EPOCHS = 3
+
+
+def demonstrate_hint(tool: str) -> str:
+    """How to give a tool of one's own the worked call a warm-start needs."""
+    return (f"A warm-start writes each example's call with the tool's `demonstrate(question)`; `{tool}` has none: "
+            f"beside it in its file, `{tool}.demonstrate = my_function`, which returns the call that answers a "
+            f"training question (the text `{tool}(...)` with the question's values) or None where it cannot.")
+
+
+def demonstrating_tool(tools: list[Tool]) -> Tool:
+    """The first of `tools` that can show a worked call (a `demonstrate` attribute): what a warm-start teaches.
+
+    Args:
+        tools: the task's tools.
+
+    Returns:
+        That tool; ConfigError, saying how to give one, where none can.
+    """
+    tool = next((t for t in tools if getattr(t.fn, "demonstrate", None)), None)
+    if tool is None:
+        raise ConfigError(f"A warm-start needs a tool that can show a worked call (a `demonstrate(question)` "
+                          f"attribute, as the built-in calculator has): give one, or train without the "
+                          f"warm-start. {demonstrate_hint(tools[0].name if tools else 'your_tool')}")
+    return tool
 
 
 def worked_examples(task, tool: Tool, n: int = WARM_EXAMPLES,
