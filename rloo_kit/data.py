@@ -17,6 +17,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, load_dataset
 
 from .errors import DataError
+from .hardware import hub_reachable
 from .rewards import NUMBER, parse_number
 
 # How each operator is asked. Plain instructions, not "a+b=": a small model has to learn to answer
@@ -349,12 +350,23 @@ def _read(path_or_id: str, split: str, hub_config: str | None = None) -> Dataset
         except Exception as e:  # datasets raises several types for a malformed file
             raise DataError(f"Cannot read '{path}' as {kind} ({type(e).__name__}: {str(e)[:300]}). Check that "
                             "every row has the same columns, with the same kind of value in each.") from e
+    if not hub_reachable() and not _in_hub_cache(path_or_id):  # said now, not after the hub's retries
+        raise DataError(f"Cannot load '{path_or_id}': it is not a local file, and if it is a hub id, the Hugging "
+                        "Face hub cannot be reached from here and it is not in the local cache: download the data "
+                        "and pass the file path instead.")
     try:
         return load_dataset(path_or_id, hub_config, split=split)
     except Exception as e:  # datasets raises several types for "not found" and "offline"
         raise DataError(f"Cannot load '{path_or_id}' ({type(e).__name__}: {str(e)[:200]}). It is not a local "
                         "file; if it is a hub id, the hub may be unreachable: download the data and pass the "
                         "file path instead.") from e
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether a hub dataset was downloaded here before (datasets keeps hub files in the hub's cache)."""
+    from huggingface_hub import constants
+
+    return (Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}").is_dir()
 
 
 def validate_dataset(dataset: Dataset, required_columns: Iterable[str] = (), *, name: str = "train_dataset") -> None:

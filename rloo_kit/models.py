@@ -17,7 +17,7 @@ from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
 from .patches import patch_model
 from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
-from .sources import ALIASES, DEFAULT_MODEL, resolve_source
+from .sources import ALIASES, DEFAULT_MODEL, check_source, resolve_source
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -56,6 +56,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
     if backend == "unsloth" and not unsloth_available():
         raise ConfigError("backend='unsloth' but Unsloth is not installed. `pip install \"rloo-kit[unsloth]\"` "
                           "on a CUDA machine, or use backend='transformers'.")
+    check_source(name_or_path)  # a hub id with no hub and no cached copy: said now, not after the hub's retries
     source = resolve_source(name_or_path)
     try:
         if backend == "unsloth":
