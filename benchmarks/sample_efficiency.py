@@ -47,20 +47,23 @@ def run(task: str, arm: str, seed: int, minutes: float, reuse: bool) -> dict:
     return {"task": task, "arm": arm, "seed": seed, "before": m.get("accuracy_before"),
             "after": m.get("accuracy_after"), "steps": m.get("steps"), "minutes": m.get("minutes"),
             "kept_step": (m.get("validation") or {}).get("kept_step"),
-            "spread_groups_per_minute": _spread_per_minute(out, config, m.get("minutes")),
+            "spread_groups_per_minute": _spread_per_minute(out, config, m.get("minutes"), m.get("steps")),
             "right_after": held_out_right(out / "evaluation_after.json"),
             "command": command}
 
 
-def _spread_per_minute(out: Path, config: dict, minutes: float | None) -> float | None:
+def _spread_per_minute(out: Path, config: dict, minutes: float | None, steps: int | None) -> float | None:
     """Groups with spread in their rewards that reached the loss, per minute of training, from the last
-    checkpoint's log (TRL logs the share of groups without spread each step)."""
+    checkpoint's log (TRL logs the share of groups without spread each step), over the share of the run's minutes
+    that checkpoint covers. None for a run with no checkpoint (fewer steps than --save-steps)."""
     states = sorted(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
-    if not states or not minutes or not config.get("num_generations"):
+    if not states or not minutes or not steps or not config.get("num_generations"):
         return None
     prompts = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"] // config["num_generations"]
-    logs = [h for h in json.loads(states[-1].read_text())["log_history"] if "frac_reward_zero_std" in h]
-    return round(sum((1 - h["frac_reward_zero_std"]) * prompts for h in logs) / minutes, 2)
+    state = json.loads(states[-1].read_text())
+    logs = [h for h in state["log_history"] if "frac_reward_zero_std" in h]
+    covered = minutes * state["global_step"] / steps
+    return round(sum((1 - h["frac_reward_zero_std"]) * prompts for h in logs) / covered, 2)
 
 
 def paired(runs: list[dict], task: str, arm: str) -> dict:
