@@ -111,7 +111,7 @@ def cmd_demo(args) -> int:
 
 
 DEFAULT_STEPS = 40  # train's steps when neither --max-steps nor --minutes is given
-KNOBS = ("beta", "learning_rate", "num_generations", "lora_r", "lora_alpha")  # preset fields
+KNOBS = ("beta", "num_generations", "lora_r", "lora_alpha")  # preset fields
 
 
 def _prepare(args):
@@ -154,7 +154,9 @@ def _overrides(args) -> dict:
     steps = getattr(args, "max_steps", None)
     if steps is None and hasattr(args, "max_steps") and getattr(args, "minutes", None) is None:
         steps = DEFAULT_STEPS
+    # the learning rate as asked, never the preset's: a preset's own rate is raised for a small model
     fields = dict(max_steps=steps, save_steps=getattr(args, "save_steps", None),
+                  learning_rate=getattr(args, "learning_rate", None),
                   per_device_train_batch_size=getattr(args, "batch_size", None), seed=args.seed,
                   report_to=getattr(args, "report_to", None))
     if fields["report_to"] == "wandb":
@@ -176,7 +178,7 @@ def _load(args, plan, task):
 
 def _settings_text(plan, task, args) -> str:
     """The RLOO settings the recipe resolves to, as comments under it (--print-config)."""
-    from .presets import make_config
+    from .presets import SMALL_MODEL_LEARNING_RATE, SMALL_MODEL_PARAMS, make_config
 
     config = make_config(plan.preset, output_dir=args.output_dir, **_overrides(args), **task.trainer_overrides())
     keys = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "beta",
@@ -185,6 +187,9 @@ def _settings_text(plan, task, args) -> str:
     lines.append(f"# max_completion_length: {task.max_completion_length}" if task.max_completion_length else
                  "# max_completion_length: chosen by the pre-flight (a file task's own length is left open)")
     lines.append(f"# lora_r: {plan.preset.lora_r}, lora_alpha: {plan.preset.lora_alpha}")
+    if args.learning_rate is None and config.learning_rate < SMALL_MODEL_LEARNING_RATE:
+        lines.append(f"# (learning_rate {SMALL_MODEL_LEARNING_RATE:g} instead for a model under "
+                     f"{SMALL_MODEL_PARAMS / 1e9:g}B parameters: presets.learning_rate_for)")
     return "# the settings this runs with (preset " + plan.preset.name + " + the options above):\n" + "\n".join(lines)
 
 
@@ -223,7 +228,8 @@ def cmd_train(args) -> int:
 
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
-    if args.tools and args.tool_warm_start:  # a warm-start it could not give fails now, not after the pre-flight
+    warm_start = args.tool_warm_start and args.preflight_prompts and not (args.resume or args.print_config)
+    if args.tools and warm_start:  # a warm-start it could not give fails now, not after the pre-flight
         from .tools import demonstrating_tool
 
         demonstrating_tool(list(task.tools))

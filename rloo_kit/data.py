@@ -363,10 +363,14 @@ def _read(path_or_id: str, split: str, hub_config: str | None = None) -> Dataset
 
 
 def _in_hub_cache(repo_id: str) -> bool:
-    """Whether a hub dataset was downloaded here before (datasets keeps hub files in the hub's cache)."""
+    """Whether a hub dataset may be had here without the hub: downloaded before (the hub's cache, or datasets' own
+    prepared copy), or offline mode set, in which datasets looks in its caches at once."""
+    from datasets import config
     from huggingface_hub import constants
 
-    return (Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}").is_dir()
+    return (config.HF_DATASETS_OFFLINE or constants.HF_HUB_OFFLINE
+            or (Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}").is_dir()
+            or (Path(config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")).is_dir())
 
 
 def validate_dataset(dataset: Dataset, required_columns: Iterable[str] = (), *, name: str = "train_dataset") -> None:

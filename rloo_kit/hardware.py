@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 import psutil
 
@@ -157,10 +158,15 @@ def _bf16_matmul_ok() -> bool:
     return _BF16_OK
 
 
-def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
-    """True when the Hugging Face hub answers on 443. Offline mode (HF_HUB_OFFLINE=1) counts as unreachable."""
+def hub_reachable(host: str | None = None, timeout: float = 3.0) -> bool:
+    """True when the Hugging Face hub (or the mirror HF_ENDPOINT names) answers on 443. Offline mode
+    (HF_HUB_OFFLINE=1) counts as unreachable; behind a proxy the hub counts as reachable, as a direct
+    connection cannot tell."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    host = host or urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
     try:
         with socket.create_connection((host, 443), timeout=timeout):
             return True

@@ -210,7 +210,7 @@ def check_source(name_or_path: str) -> None:
     if name_or_path in ALIASES:
         return
     path = Path(name_or_path).expanduser()
-    if path.is_dir() and not (path / "config.json").is_file():
+    if path.is_dir() and not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
         raise ModelSourceError(f"'{name_or_path}' is a directory without a model in it (no config.json). Point "
                                "--model at a directory written by save_pretrained, a .gguf file, a hub id, or the "
                                f"offline default '{DEFAULT_MODEL}'.")

@@ -38,6 +38,7 @@ from .patches.private import load_checkpoint
 from .pool import PoolCallback, PromptPool
 from .presets import (
     GPU_PRESETS,
+    PRESETS,
     SMALL_MODEL_PARAMS,
     Preset,
     learning_rate_for,
@@ -127,7 +128,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                           "put the overrides into the RLOOConfig, or drop config= to build one from the preset.")
     preset = resolve_preset(preset)
     if config is None:
-        overrides.setdefault("learning_rate", _learning_rate(model, preset))
+        if "learning_rate" not in overrides:
+            overrides["learning_rate"] = _learning_rate(model, preset)
         config = make_config(preset, output_dir=output_dir, **overrides)
     else:
         validate_rloo_fields(vars(config), preset.max_seq_length)
@@ -163,11 +165,17 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
 
 
 def _learning_rate(model, preset: Preset) -> float:
-    """The preset's learning rate for this model's size (`presets.learning_rate_for`), said when it differs."""
+    """The preset's learning rate for this model's size (`presets.learning_rate_for`), said when it differs. A
+    preset whose rate was changed from its own (`dataclasses.replace`, a recipe) keeps it: that rate was asked."""
     config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "hidden_size"):
+    own = PRESETS[preset.name].learning_rate if preset.name in PRESETS else None
+    if config is None or preset.learning_rate != own:
         return preset.learning_rate
-    lr = learning_rate_for(preset, ModelShape.from_config(config).params)
+    try:
+        params = ModelShape.from_config(config).params
+    except AttributeError:  # a config without the sizes a decoder's has
+        return preset.learning_rate
+    lr = learning_rate_for(preset, params)
     if lr != preset.learning_rate:
         log.info(f"learning rate {lr:g}, not the {preset.name} preset's {preset.learning_rate:g}: a model under "
                  f"{SMALL_MODEL_PARAMS / 1e9:g}B parameters needs a larger step (learning_rate= sets one).")

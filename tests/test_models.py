@@ -62,3 +62,25 @@ def test_default_model_builds_offline_and_is_idempotent(default_model_dir):
 def test_gguf_file_is_a_source(tmp_path, tiny_model_dir):
     with pytest.raises(ModelSourceError):
         resolve_source(str(tmp_path / "missing.gguf"))
+
+
+def test_the_hub_probe_asks_the_mirror_and_trusts_a_proxy(monkeypatch):
+    """HF_ENDPOINT names the host asked; behind a proxy a direct connection cannot tell, so the hub counts as
+    reachable and the library is left to try."""
+    import socket
+
+    from rloo_kit.hardware import hub_reachable
+
+    asked = []
+
+    def connect(address, timeout):
+        asked.append(address)
+        raise OSError("no route")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    for var in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.example.org")
+    assert hub_reachable() is False and asked == [("hf-mirror.example.org", 443)]
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    assert hub_reachable() is True and len(asked) == 1

@@ -113,3 +113,15 @@ def test_functions_in_files_are_read_beside_the_recipe(tmp_path, monkeypatch):
     read = read_recipe(recipe)
     assert read["reward"] == [f"{folder / 'mine.py'}:f:0.5"]
     assert read["tools"] == ["calculator", f"{folder / 'mine.py'}:f"]
+
+
+def test_print_config_shows_the_learning_rate_as_asked_and_the_small_model_rule_when_not(tmp_path, capsys):
+    """--learning-rate is the rate trained at, on any preset; without it, a GPU preset's 5e-5 is printed with the
+    note that a model under 0.2B parameters trains at 4e-4."""
+    args = ["train", "--task", "arithmetic", "--preset", "8gb", "--print-config", "--output-dir", str(tmp_path / "r")]
+    assert cli.main([*args, "--learning-rate", "1e-4"]) == 0
+    shown = capsys.readouterr().out
+    assert "# learning_rate: 0.0001" in shown and "learning_rate_for" not in shown
+    assert cli.main(args) == 0
+    shown = capsys.readouterr().out
+    assert "# learning_rate: 5e-05" in shown and "(learning_rate 0.0004 instead for a model under 0.2B" in shown

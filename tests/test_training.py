@@ -72,17 +72,18 @@ def test_adapter_save_reload_gives_same_outputs(tiny_model_dir, tmp_path, cpu_ti
 
 
 def test_small_model_gets_the_small_model_rate_unless_one_is_asked(tiny_model_dir, tmp_path, cpu_tiny_overrides):
-    """The tiny model is under 0.2B parameters: a preset rate of 5e-5 becomes 4e-4; an asked rate is kept."""
+    """The tiny model is under 0.2B parameters: the 8gb preset's own 5e-5 becomes 4e-4; a rate asked for, as an
+    override or as a preset changed from its own, is kept."""
     import dataclasses
 
-    slow = dataclasses.replace(rloo_kit.get_preset("cpu"), learning_rate=5e-5)
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
-    trainer = build_trainer(model, tok, data(), [length_reward], preset=slow, output_dir=str(tmp_path / "a"),
-                            **cpu_tiny_overrides)
-    assert trainer.args.learning_rate == 4e-4
-    trainer = build_trainer(trainer.model, tok, data(), [length_reward], preset=slow, output_dir=str(tmp_path / "b"),
-                            learning_rate=2e-5, **cpu_tiny_overrides)
-    assert trainer.args.learning_rate == 2e-5
+    for n, (preset, asked, expected) in enumerate([("8gb", {}, 4e-4), ("8gb", {"learning_rate": 2e-5}, 2e-5),
+                                                   (dataclasses.replace(rloo_kit.get_preset("8gb"), learning_rate=1e-5),
+                                                    {}, 1e-5)]):
+        trainer = build_trainer(model, tok, data(), [length_reward], preset=preset, output_dir=str(tmp_path / str(n)),
+                                **asked, **cpu_tiny_overrides)
+        model = trainer.model
+        assert trainer.args.learning_rate == expected, (preset, asked)
 
 
 def test_dataset_without_prompt_is_refused_before_training(tiny_model_dir, tmp_path):
