@@ -192,7 +192,7 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
     labels = _label_set([r["answer"] for r in rows]) if answer_column else None
     if labels:
         for r in rows:
-            r["labels"] = labels
+            r["labels"] = _row_labels(labels, r["prompt"][-1]["content"], r["answer"])
     elif answer_column and (offered := _offered_numbers(rows)):
         for r, numbers in zip(rows, offered, strict=True):
             r["labels"] = numbers
@@ -309,7 +309,10 @@ def _answer(value, where: str, column: str):
                     "target and counted in accuracy.")
 
 
-LABEL_MAX = 10  # distinct text answers up to this many, each seen at least LABEL_MIN_COUNT times: a label set
+# distinct text answers up to this many, each seen at least LABEL_MIN_COUNT times: a label set. Not 10: a held-back
+# calendar task (19 month and day names) then had none, and 5 of the 8 held-out replies scored right after training
+# named several ("The day before Sunday is Friday, ... before Saturday." for Saturday)
+LABEL_MAX = 32
 LABEL_MIN_COUNT = 3
 
 
@@ -321,6 +324,20 @@ def _label_set(answers: list) -> list[str] | None:
     if any(parse_number(a) is not None for a in counts) or not 2 <= len(counts) <= LABEL_MAX:
         return None
     return sorted(counts) if min(counts.values()) >= LABEL_MIN_COUNT else None
+
+
+def _row_labels(labels: list[str], question: str, answer) -> list[str]:
+    """The labels a reply to this row may not name beside its answer. A question that names labels but not its
+    answer names its subject ('Which month comes two before July?'): a reply may restate it. One that names its
+    answer among others offers choices ('positive or negative?'): naming another is a hedge."""
+    def named(label: str) -> bool:
+        return re.search(rf"(?<!\w){re.escape(label)}(?!\w)", text) is not None
+
+    text = " ".join(str(question).lower().split())
+    accepted = {normalize_label(a) for a in (answer if isinstance(answer, list) else [answer])}
+    if any(named(a) for a in accepted):
+        return labels
+    return [lab for lab in labels if not named(lab)]
 
 
 def _offered_numbers(rows: list[dict]) -> list[list[str]] | None:

@@ -25,6 +25,7 @@ from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 log = logging.getLogger("rloo_kit")
 DEFAULT_EVAL_LENGTH = 256  # tokens, for a task evaluated before any preset fixed its length
 PRODUCTS_LENGTH = 48  # a calculator call, its result and a short answer
+LABELS_SHOWN = 8  # labels named before a run; a longer set is counted
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,12 @@ class Task:
         what counts as right."""
         if "labels" not in self.train.column_names or not len(self.train):
             return None
-        labels = self.train[0]["labels"]
-        if offers_numbers(labels):
+        if offers_numbers(self.train[0]["labels"]):
             return "a choice among each prompt's numbers: the one a reply picks is scored, not its last"
-        return f"labels {', '.join(labels)}: a reply that names two is wrong"
+        labels = sorted(set().union(*self.train["labels"]))  # a row's own leaves out the labels its question names
+        more = len(labels) - LABELS_SHOWN
+        shown = ", ".join(labels[:LABELS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        return f"labels {shown}: a reply that names two is wrong"
 
     def without_long_prompts(self, tokenizer, max_tokens: int) -> tuple[Task, int]:
         """This task less the rows whose prompt, in the chat template, runs past `max_tokens` (TRL would

@@ -140,6 +140,37 @@ def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     assert "labels" not in load_local(str(numbers), answer_column="answer").column_names  # numbers are no labels
 
 
+def test_many_repeated_names_are_labels_and_a_reply_may_restate_its_questions_subject(tmp_path):
+    """19 month and day names, each the answer of several rows, are a label set: a reply that names the answer
+    among other names is wrong (after training on a calendar task without this rule, 5 of the 8 held-out replies
+    scored right did so), while one that restates the name its question asks about is right. A question that
+    offers its answer among others keeps every label as a hedge."""
+    from rloo_kit.data import load_local
+    from rloo_kit.rewards import correct_answer
+    from rloo_kit.tasks import load_task
+
+    months = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+              "November", "December"]
+    days = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+    rows = [{"question": f"Which {kind} comes {k} before {seq[i]}?", "name": seq[(i - k) % len(seq)]}
+            for seq, kind in ((months, "month"), (days, "day")) for i in range(len(seq)) for k in (1, 2, 3)]
+    rows.append({"question": "Is it Friday or Sunday that ends the week?", "name": "Sunday"})
+    path = tmp_path / "calendar.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = load_local(str(path), prompt_column="question", answer_column="name")
+    may = next(i for i, r in enumerate(rows) if r["question"] == "Which month comes 1 before May?")
+    assert len(data[may]["labels"]) == 18 and "may" not in data[may]["labels"]  # the question's subject
+    replies = ["The month before May is April.", "The month before May is March, not April.",
+               "April, May or June."]
+    assert correct_answer([""] * 3, replies, answer=["April"] * 3, labels=[data[may]["labels"]] * 3) == [1.0, 0.0,
+                                                                                                         0.0]
+    choice = data[-1]["labels"]
+    assert len(choice) == 19 and correct_answer([""], ["Sunday, not Friday."], answer=["Sunday"],
+                                                labels=[choice]) == [0.0]
+    task = load_task("file", path=str(path), prompt_column="question", answer_column="name", n_test=5)
+    assert task.answer_kind().endswith("and 11 more: a reply that names two is wrong")
+
+
 def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_number(tmp_path):
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer, predicted_answer
