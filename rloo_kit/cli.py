@@ -178,7 +178,7 @@ def _load(args, plan, task):
 
 def _settings_text(plan, task, args) -> str:
     """The RLOO settings the recipe resolves to, as comments under it (--print-config)."""
-    from .presets import SMALL_MODEL_LEARNING_RATE, SMALL_MODEL_PARAMS, make_config
+    from .presets import SMALL_MODEL_PARAMS, learning_rate_for, make_config
 
     config = make_config(plan.preset, output_dir=args.output_dir, **_overrides(args), **task.trainer_overrides())
     keys = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "beta",
@@ -187,9 +187,10 @@ def _settings_text(plan, task, args) -> str:
     lines.append(f"# max_completion_length: {task.max_completion_length}" if task.max_completion_length else
                  "# max_completion_length: chosen by the pre-flight (a file task's own length is left open)")
     lines.append(f"# lora_r: {plan.preset.lora_r}, lora_alpha: {plan.preset.lora_alpha}")
-    if args.learning_rate is None and config.learning_rate < SMALL_MODEL_LEARNING_RATE:
-        lines.append(f"# (learning_rate {SMALL_MODEL_LEARNING_RATE:g} instead for a model under "
-                     f"{SMALL_MODEL_PARAMS / 1e9:g}B parameters: presets.learning_rate_for)")
+    small = learning_rate_for(plan.preset, params=0)  # the rule for a model under SMALL_MODEL_PARAMS
+    if args.learning_rate is None and small != config.learning_rate:
+        lines.append(f"# (learning_rate {small:g} instead for a model under {SMALL_MODEL_PARAMS / 1e9:g}B parameters: "
+                     "presets.learning_rate_for)")
     return "# the settings this runs with (preset " + plan.preset.name + " + the options above):\n" + "\n".join(lines)
 
 

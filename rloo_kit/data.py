@@ -18,7 +18,7 @@ from datasets import Dataset, DatasetDict, load_dataset
 
 from .errors import DataError
 from .hardware import hub_reachable
-from .rewards import NUMBER, parse_number
+from .rewards import NUMBER, mentions, parse_number
 
 # How each operator is asked. Plain instructions, not "a+b=": a small model has to learn to answer
 # them with the sum rather than talk about the numbers, which is what RLOO teaches it on a CPU.
@@ -330,14 +330,11 @@ def _row_labels(labels: list[str], question: str, answer) -> list[str]:
     """The labels a reply to this row may not name beside its answer. A question that names labels but not its
     answer names its subject ('Which month comes two before July?'): a reply may restate it. One that names its
     answer among others offers choices ('positive or negative?'): naming another is a hedge."""
-    def named(label: str) -> bool:
-        return re.search(rf"(?<!\w){re.escape(label)}(?!\w)", text) is not None
-
-    text = " ".join(str(question).lower().split())
+    text = normalize_label(str(question))
     accepted = {normalize_label(a) for a in (answer if isinstance(answer, list) else [answer])}
-    if any(named(a) for a in accepted):
+    if any(mentions(text, a) for a in accepted):
         return labels
-    return [lab for lab in labels if not named(lab)]
+    return [lab for lab in labels if not mentions(text, lab)]
 
 
 def _offered_numbers(rows: list[dict]) -> list[list[str]] | None:

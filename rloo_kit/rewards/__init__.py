@@ -14,6 +14,7 @@ from .answers import (
     extract_answer,
     is_correct,
     marked_answer,
+    mentions,
     normalize_text,
     offers_numbers,
     parse_number,
@@ -36,6 +37,6 @@ from .guard import (
 
 __all__ = ["NUMBER", "UNSCORED_PATIENCE", "RewardFunc", "accepted_answers", "answers_match", "brevity", "check_on_rows",
            "combine", "completion_text", "correct_answer", "describe", "exact_answer", "extract_answer", "from_file",
-           "guard", "hub_reward_model", "is_correct", "marked_answer", "normalize_text", "offers_numbers",
+           "guard", "hub_reward_model", "is_correct", "marked_answer", "mentions", "normalize_text", "offers_numbers",
            "parse_number", "picked_number", "predicted_answer", "reward_model", "required_columns", "safe",
            "scores_nothing", "sentences", "tag_format", "unusable"]

@@ -140,6 +140,19 @@ def picked_number(text: str, offered: Sequence[str]) -> str | None:
             return named[0]
     return None
 
+def mentions(text: str, phrase: str) -> bool:
+    """Whether `phrase` occurs in `text` as whole words, not inside a longer word ('cold' in 'It is cold.', not
+    in 'coldest'). Both as given: normalize them first where case or articles should not count.
+
+    Args:
+        text: where to look.
+        phrase: what to look for.
+
+    Returns:
+        True where it occurs with no letter, digit or underscore right before or after it.
+    """
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
+
 def _matches(text: str, gold: str, match: str) -> bool:
     numeric = parse_number(gold) is not None
     if match == "exact":
@@ -150,7 +163,7 @@ def _matches(text: str, gold: str, match: str) -> bool:
     if numeric:
         return answers_match(extract_answer(text), gold)
     wanted = normalize_text(gold)
-    return bool(wanted) and re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", _answer_span(text)) is not None
+    return bool(wanted) and mentions(_answer_span(text), wanted)
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
