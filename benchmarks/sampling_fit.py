@@ -43,9 +43,25 @@ CASES = {
 }
 
 
+RESULTS = REPO / "benchmarks" / "results" / "sampling-fit.json"
+# The runs already measured, read once: the results accumulate over sessions, as runs/ is not kept between them.
+MEASURED = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
+
+
+def key(r: dict) -> tuple:
+    return r["task"], r["arm"], r["seed"]
+
+
+def recorded(name: str, arm: str, seed: int) -> dict | None:
+    """This arm's measured record in the results, for a run whose folder is gone."""
+    return next((r for r in MEASURED if key(r) == (name, arm, seed) and r["after"] is not None), None)
+
+
 def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool, train: bool = True) -> dict:
     """One arm of one task and seed: "fitted" (the CLI's defaults) or "t1" (--temperature 1)."""
     out = RUNS / f"{name}-{arm}-s{seed}"
+    if reuse and not (out / "metrics.json").is_file() and (kept := recorded(name, arm, seed)):
+        return kept
     m, command = cli_train(out, [*CASES[name][1], "--max-steps", str(max_steps), "--seed", str(seed), "--force",
                                  "--overwrite", *(["--temperature", "1"] if arm == "t1" else [])],
                            f"{name} {arm} seed {seed}", reuse, train)
@@ -107,22 +123,26 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
-    ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling; train "
-                    "only those missing")
+    ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling, or "
+                    "recorded in the results, and train only those missing")
     ap.add_argument("--report-only", action="store_true", help="train nothing: the table from the runs already there "
                     "(a run not there is reported as not measured)")
     args = ap.parse_args()
     runs = []
     for name in args.tasks:
         for seed in args.seeds:
-            fitted = run(name, "fitted", seed, args.max_steps, args.reuse, not args.report_only)
+            fitted = run(name, "fitted", seed, args.max_steps, args.reuse or args.report_only, not args.report_only)
             runs.append(fitted)
             if fitted["temperature"] != 1.0:  # the fit changed the setup (or is unknown): train 1.0 beside it
-                runs.append(run(name, "t1", seed, args.max_steps, args.reuse, not args.report_only))
+                runs.append(run(name, "t1", seed, args.max_steps, args.reuse or args.report_only, not args.report_only))
     table = ["| task | kind | verdict at the defaults | fitted temperature | greedy right (pre-flight) | pre-flight s "
              "| seeds | gain at temperature 1 | gain at the defaults | after: defaults - temperature 1 | sampled "
              "accuracy before -> after (defaults, seed 0) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    table += [row(name, [r for r in runs if r["task"] == name]) for name in args.tasks]
+    merged = {key(r): r for r in MEASURED}  # this invocation's runs replace their earlier records, if measured
+    merged.update({key(r): r for r in runs if r["after"] is not None or key(r) not in merged})
+    runs = list(merged.values())
+    table += [row(name, [r for r in runs if r["task"] == name]) for name in CASES if any(r["task"] == name
+                                                                                         for r in runs)]
     result = {**stamp(), "runs": runs}
     write("sampling-fit", result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
 

@@ -382,13 +382,11 @@ class _Inputs:
         open_length = (task is not None and task.max_completion_length is None
                        and settings["max_completion_length"] is None)
         open_sampling = task is not None and task.temperature is None and settings["temperature"] is None
-        if task is not None:
-            dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
-            reward_weights = reward_weights if reward_weights is not None else task.reward_weights
-            settings["max_completion_length"] = settings["max_completion_length"] or task.max_completion_length
-            if settings["temperature"] is None:
-                settings["temperature"] = task.temperature
-            match = match or task.match
+        if task is not None:  # the settings asked for win over the Task's, as in build_trainer
+            settings = {**task.trainer_overrides(), **{k: v for k, v in settings.items() if v is not None}}
+            task_weights = settings.pop("reward_weights", None)
+            reward_weights = reward_weights if reward_weights is not None else task_weights
+            dataset, reward_funcs, match = task.train, reward_funcs or task.reward_funcs, match or task.match
         preset = resolve_preset(preset)
         config = make_config(preset, output_dir="runs/preflight", save_strategy="no",
                              **{k: v for k, v in settings.items() if v is not None})

@@ -29,7 +29,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from . import notebook_runs
 from .conftest import REPO
+from .helpers import TOKEN
 
 REQUIRED = os.environ.get("RLOO_KIT_REQUIRE_BROWSER") == "1"  # set by `make test`: CI must not skip this
 CHROMIUM = Path(os.environ.get("RLOO_KIT_CHROMIUM", "/usr/lib/chromium/chromium"))
@@ -45,11 +47,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(bool(MISSING) and not REQUIRED, reason=f"not installed: {', '.join(MISSING)}")]
 
 # Settings a person's JupyterLab may differ in, fixed so that every cell is in the page (no windowing)
-# and no news or update prompt covers the notebook.
+# and no news or update prompt covers the notebook; widget state is saved with the notebook, so that the docs
+# site, which renders these runs (tests/notebook_runs.py), shows the live view as it ended.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                         "checkForUpdates": False},
+    "@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings": {"saveState": True},
 }
 
 
@@ -87,7 +91,8 @@ class Lab:
             (settings / rel).parent.mkdir(parents=True, exist_ok=True)
             (settings / rel).write_text(json.dumps(value))
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-               "TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+               "TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+               "HF_TOKEN": TOKEN}  # the kernels inherit it, as a user's would: it must not reach a saved notebook
         env.pop("RLOO_KIT_LIVE", None)
         self.log = open(home / "server.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -240,12 +245,14 @@ def screenshot(page, name: str) -> None:
 @pytest.mark.parametrize("notebook,timeout", [("00_rloo_in_one_page", 300), ("02_troubleshooting", 1200),
                                               ("04_reward_model", 1200), ("05_tools", 900)])
 def test_notebook_runs_clean(lab, browser, notebook, timeout):
-    """Run All in JupyterLab: every cell executed, no error output, the figures rendered."""
-    name = parameterised(notebook, lab.root)
+    """Run All in JupyterLab: every cell executed, no error output, the figures rendered. The run is kept for
+    test_notebooks.py's checks of what it measured (tests/notebook_runs.py), so that it runs once."""
+    name = parameterised(notebook, lab.root, OUTPUT_DIR=f"runs/{notebook}")  # the kernel's folder is lab.root
     page = run_all(lab, browser, name, timeout=timeout)
     screenshot(page, notebook)
     check_ran_clean(page, saved_notebook(lab, name), name)
     page.close()
+    notebook_runs.record(notebook, lab.root / name, lab.root / "runs" / notebook, with_defaults=True)
 
 
 def test_03_evaluation_first_trains_its_own_adapter(lab, browser):

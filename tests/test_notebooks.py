@@ -1,19 +1,21 @@
-"""Every notebook runs top to bottom under papermill (SMOKE=True, CPU), and is stored clean."""
+"""Every notebook runs top to bottom (SMOKE=True, CPU), reports what it measured, and is stored clean.
+
+The notebooks the browser test runs with their defaults are not run twice: where it ran one clean in this
+session, the checks here read that run (tests/notebook_runs.py); elsewhere papermill executes it."""
 
 import json
 import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from . import notebook_runs
 from .conftest import REPO
 from .helpers import TOKEN
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
-EXECUTED = REPO / "build" / "notebooks"  # each executed copy, for the docs site to render (docs/generate.py)
 slow = pytest.mark.slow  # each runs a notebook on the real default model
 
 
@@ -46,10 +48,14 @@ def run(name: str, out: Path, **params) -> dict:
         papermill.execute_notebook(str(REPO / "notebooks" / f"{name}.ipynb"), str(out / f"{name}.ipynb"),
                                    parameters={"SMOKE": True, "OUTPUT_DIR": str(out), **params},
                                    kernel_name="python3", progress_bar=False, cwd=str(out))
-    assert TOKEN not in (out / f"{name}.ipynb").read_text(), "a hub token was written into the notebook"
-    EXECUTED.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(out / f"{name}.ipynb", EXECUTED / f"{name}.ipynb")
+    notebook_runs.record(name, out / f"{name}.ipynb", out, with_defaults=not params)
     return json.loads((out / "metrics.json").read_text())
+
+
+def run_once(name: str, out: Path) -> tuple[Path, dict]:
+    """Notebook `name` with SMOKE and its defaults: the browser's clean run in this session, else papermill's
+    into `out`. Its output folder and metrics."""
+    return notebook_runs.run_clean(name) or (out, run(name, out))
 
 
 @contextmanager
@@ -71,7 +77,7 @@ def trained(tmp_path_factory, default_model_dir):
 
 @slow
 def test_00_rloo_in_one_page(tmp_path):
-    m = run("00_rloo_in_one_page", tmp_path)
+    _, m = run_once("00_rloo_in_one_page", tmp_path)
     assert m["advantages"]["RLOO"] == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
     assert abs(m["gradient"]["RLOO"]["mean"] - m["true_gradient"]) < 0.05
     assert m["gradient"]["RLOO"]["std"] < m["gradient"]["REINFORCE"]["std"]
@@ -102,7 +108,7 @@ def test_01_train(trained, default_model_dir):
 
 @slow
 def test_02_troubleshooting(tmp_path, default_model_dir):
-    m = run("02_troubleshooting", tmp_path)
+    _, m = run_once("02_troubleshooting", tmp_path)
     assert m["steps"] == 4 and set(m["results"]) == {"high_variance", "kl_explosion", "reward_collapse"}
     collapse = m["results"]["reward_collapse"]
     assert "reward_collapse" in collapse["bad"]  # a bare-number reward: never earned
@@ -131,14 +137,14 @@ def test_04_reward_model(tmp_path, default_model_dir):
     """Preferences from the policy's samples -> reward model -> RLOO at two betas with gold measured beside."""
     import rloo_kit
 
-    m = run("04_reward_model", tmp_path)
+    out, m = run_once("04_reward_model", tmp_path)
     assert m["pairs"] >= 10 and 0.0 <= m["reward_model"]["pair_accuracy"] <= 1.0
-    assert (tmp_path / "reward_model" / "metrics.json").is_file()
+    assert (out / "reward_model" / "metrics.json").is_file()
     assert set(m["runs"]) == {"beta=0", "beta=0.1"}
     for name, run_ in m["runs"].items():
         assert [p["step"] for p in m["gold"][name]] == [0, 1, 2]  # start, then every step (SMOKE)
         assert 0.0 <= run_["gold_before"] <= 1.0 and run_["proxy_before"] is not None
-    score = rloo_kit.load_reward_model(tmp_path / "reward_model")  # what the notebook wrote loads as a reward
+    score = rloo_kit.load_reward_model(out / "reward_model")  # what the notebook wrote loads as a reward
     assert len(score(prompts=["Add 2 and 3."], completions=["5"])) == 1
 
 
@@ -146,7 +152,7 @@ def test_04_reward_model(tmp_path, default_model_dir):
 def test_05_tools(tmp_path, default_model_dir):
     """The default model never calls the calculator: the pre-flight says so, a warm-start teaches the syntax, and
     RLOO trains with the tool loop (SMOKE: 2 steps); held-out figures carry the call rate before and after."""
-    m = run("05_tools", tmp_path)
+    _, m = run_once("05_tools", tmp_path)
     assert m["steps"] == 2 and len(m["curve"]) == 2 and all("tools/call_rate" in c for c in m["curve"])
     assert "tool_unused" in m["preflight"]["kinds"] or m["warmed_up"]
     for side in ("before", "after"):

@@ -1,0 +1,39 @@
+"""One execution of a notebook serves every test that checks it.
+
+A notebook's smoke run costs up to three minutes on a 2-core CPU, and two test files check it: test_browser.py
+(Run All in JupyterLab: every cell ran, no error output, figures and widgets rendered) and test_notebooks.py
+(the figures the run reports in its metrics.json). Where the browser ran a notebook clean in this pytest session,
+with the parameters the metric checks expect (SMOKE, OUTPUT_DIR and otherwise its defaults), the metric checks
+read that run; elsewhere (`-m "not browser"`, test_notebooks.py alone, a browser run that failed) papermill
+executes it.
+pytest collects test_browser.py first, so `make test` runs each of those notebooks once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .conftest import REPO
+from .helpers import TOKEN
+
+EXECUTED = REPO / "build" / "notebooks"  # each executed copy, for the docs site to render (docs/generate.py)
+_RUN_CLEAN: dict[str, Path] = {}  # notebook -> the OUTPUT_DIR of its clean run in this session
+
+
+def record(name: str, executed: Path, output_dir: Path, *, with_defaults: bool) -> None:
+    """Keep a clean run of notebook `name`: its executed copy for the docs and, for a run `with_defaults` (SMOKE
+    and OUTPUT_DIR aside), its output folder for the metric checks."""
+    assert TOKEN not in executed.read_text(), f"{name}: a hub token was written into the notebook"
+    assert (output_dir / "metrics.json").is_file(), f"{name} wrote no metrics.json in {output_dir}"
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(executed, EXECUTED / f"{name}.ipynb")
+    if with_defaults:
+        _RUN_CLEAN[name] = output_dir
+
+
+def run_clean(name: str) -> tuple[Path, dict] | None:
+    """The output folder and metrics of this session's clean run of `name` with its defaults, or None."""
+    out = _RUN_CLEAN.get(name)
+    return None if out is None else (out, json.loads((out / "metrics.json").read_text()))
