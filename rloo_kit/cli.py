@@ -259,10 +259,8 @@ def cmd_train(args) -> int:
         overrides["max_tool_calls"] = args.max_tool_calls
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
                  force=args.force, seed=seed, warm_up=args.tool_warm_start if args.tools else 0, **overrides)
-    if not report.trained:
-        print(f"Not training: the pre-flight says the run that would be trained cannot learn "
-              f"({', '.join(report.preflight['problems'])}); the fixes are above, and --force trains anyway. The model "
-              f"is unchanged (accuracy_after = accuracy_before in {out / 'metrics.json'}).", file=sys.stderr)
+    if refused := report.refusal():
+        print(f"{refused} metrics: {out / 'metrics.json'}", file=sys.stderr)
         return 3
     for d in report.diagnoses:
         print(f"health monitor: {d}")

@@ -69,8 +69,18 @@ class RunReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def refusal(self) -> str | None:
+        """Why nothing was trained when the pre-flight stopped the run, with what to do; None otherwise."""
+        if self.trained or not self.preflight or self.preflight["ok"]:
+            return None
+        return (f"Not trained: the pre-flight says the run that would be trained cannot learn "
+                f"({', '.join(self.preflight['problems'])}); its fixes are above, and force=True (--force on the "
+                f"command line) trains anyway. The model is unchanged: held-out accuracy {_fmt(self.accuracy_before)}.")
+
     def lines(self) -> list[str]:
-        """The run's outcome in a few lines, as the command line prints it."""
+        """The run's outcome in a few lines, as the command line prints it (for a refused run, why)."""
+        if refused := self.refusal():
+            return [refused]
         delta = (f" ({self.accuracy_after - self.accuracy_before:+.2f})"
                  if None not in (self.accuracy_before, self.accuracy_after) else "")
         out = [f"held-out accuracy: before {_fmt(self.accuracy_before)} -> after {_fmt(self.accuracy_after)}{delta} · "

@@ -101,7 +101,7 @@ def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, ca
     out = tmp_path / "run"
     assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path))) == 3
     captured = capsys.readouterr()
-    assert "reward_collapse" in captured.out and "Not training" in captured.err
+    assert "reward_collapse" in captured.out and "Not trained" in captured.err and "--force" in captured.err
     m = json.loads((out / "metrics.json").read_text())
     assert m["trained"] is False and m["steps"] == 0 and m["accuracy_after"] == m["accuracy_before"] == 0.0
     assert m["preflight"]["problems"][0] == "reward_collapse" and not (out / "adapter").exists()

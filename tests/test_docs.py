@@ -108,7 +108,7 @@ def test_the_readmes_python_quickstart_runs_as_written(tiny_model_dir, tmp_path,
     """Its own file, its own reward, `rloo_kit.run` with a time budget: the only changes are the file's path, the
     machine's plan (the tiny model in place of the default one) and seconds in place of minutes."""
     (block,) = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    rows = [{"prompt": f"Tom has {a} apples and gets {b} more. How many apples?", "answer": str(a + b)}
+    rows = [{"question": f"Tom has {a} apples and gets {b} more. How many apples?", "answer": str(a + b)}
             for a in range(2, 8) for b in range(2, 7)]
     task_file = tmp_path / "my_task.jsonl"
     task_file.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -26,3 +26,13 @@ def test_a_resumed_file_task_keeps_its_fitted_length_and_its_accuracy_before(tin
     assert again["steps"] == 3 and again["max_completion_length"] == first["max_completion_length"]
     assert again["accuracy_before"] == first["accuracy_before"] and again["before"] == first["before"]
     assert "as recorded in" in caplog.text  # read back, not measured again
+
+
+def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
+    """Printed as the README prints it, a refused run does not read as a run that trained and gained nothing."""
+    common = dict(model="m", task="file", preset="cpu", device="cpu", accuracy_before=0.17, accuracy_after=0.17)
+    refused = RunReport(**common, preflight={"ok": False, "problems": ["reward_collapse"]})
+    (line,) = refused.lines()
+    assert line.startswith("Not trained") and "reward_collapse" in line and "force=True" in line and "0.17" in line
+    trained = RunReport(**common, preflight={"ok": True, "problems": []}, trained=True, steps=30)
+    assert trained.refusal() is None and trained.lines()[0].startswith("held-out accuracy: before 0.17")
