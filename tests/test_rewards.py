@@ -152,6 +152,15 @@ def test_text_answers_exact_and_normalized():
         is_correct("x", "x", match="fuzzy")
 
 
+def test_british_and_american_spellings_of_an_answer_are_one_answer():
+    labels = ["animal", "colour"]
+    assert is_correct("Crimson is a color.", "colour", labels=labels)  # the label is British, the reply American
+    assert is_correct("It is grey.", "gray") and is_correct("Colors!", "colours", match="exact")
+    assert not is_correct("Crimson is a color, not an animal.", "colour", labels=labels)  # a hedge either way
+    assert not is_correct("A pig is an animal, not a color.", "animal", labels=labels)
+    assert not is_correct("It is grayish.", "grey") and not is_correct("It is four.", "for")  # whole known words only
+
+
 def test_lists_of_different_length_are_a_bug_not_a_score():
     with pytest.raises(ValueError):
         correct_answer(["q", "q"], ["1", "2"], answer=["1"])

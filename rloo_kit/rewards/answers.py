@@ -71,15 +71,38 @@ def normalize_text(text: str) -> str:
     text = " ".join(str(text).lower().split()).strip(_EDGE_PUNCTUATION)
     return _ARTICLES.sub("", text).strip(_EDGE_PUNCTUATION)
 
+# British and American spellings of words an answer or a label often is, one meaning each: a model trained mostly
+# on American English writes 'color' where a file's label says 'colour', and is right.
+_BRITISH_AMERICAN = (
+    ("colour", "color"), ("grey", "gray"), ("favourite", "favorite"), ("flavour", "flavor"), ("neighbour", "neighbor"),
+    ("honour", "honor"), ("humour", "humor"), ("behaviour", "behavior"), ("harbour", "harbor"), ("centre", "center"),
+    ("metre", "meter"), ("litre", "liter"), ("theatre", "theater"), ("organise", "organize"), ("realise", "realize"),
+    ("recognise", "recognize"), ("analyse", "analyze"), ("aluminium", "aluminum"), ("jewellery", "jewelry"),
+    ("moustache", "mustache"), ("pyjamas", "pajamas"), ("defence", "defense"))
+_OTHER_SPELLING = {**dict(_BRITISH_AMERICAN), **{american: british for british, american in _BRITISH_AMERICAN}}
+
+
+def spellings(phrase: str) -> set[str]:
+    """`phrase` (normalized) with each of its words in either spelling, British or American, plural or not:
+    'light grey' -> {'light grey', 'light gray'}; 'colours' -> {'colours', 'colors'}."""
+    out = {phrase}
+    for i, word in enumerate(phrase.split()):
+        other = _OTHER_SPELLING.get(word) or (_OTHER_SPELLING[word[:-1]] + "s" if word[:-1] in _OTHER_SPELLING
+                                              and word.endswith("s") else None)
+        if other:
+            out |= {" ".join([*p.split()[:i], other, *p.split()[i + 1:]]) for p in out}
+    return out
+
+
 def answers_match(predicted: str | None, gold: str) -> bool:
     """Numeric comparison when both are numbers (18 == 18.00, 1,000 == 1000), else normalized text
-    ('The cold.' == 'cold')."""
+    ('The cold.' == 'cold'), either spelling ('Color' == 'colour')."""
     if predicted is None:
         return False
     p, g = parse_number(predicted), parse_number(gold)
     if p is not None and g is not None:
         return math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-6)
-    return normalize_text(predicted) == normalize_text(gold)
+    return normalize_text(predicted) in spellings(normalize_text(gold))
 
 def accepted_answers(gold) -> list[str]:
     """An `answer` cell as the list of accepted answers: a string is one; a list (or tuple) is several."""
@@ -159,11 +182,11 @@ def _matches(text: str, gold: str, match: str) -> bool:
         reply = text.strip().rstrip(".").strip()
         if numeric:
             return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold)
-        return normalize_text(reply) == normalize_text(gold)
+        return answers_match(reply, gold)
     if numeric:
         return answers_match(extract_answer(text), gold)
-    wanted = normalize_text(gold)
-    return bool(wanted) and mentions(_answer_span(text), wanted)
+    wanted, span = normalize_text(gold), _answer_span(text)
+    return bool(wanted) and any(mentions(span, w) for w in spellings(wanted))
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
