@@ -9,7 +9,9 @@ run is forced (--force), so that the gain stands beside the verdict whatever the
 Goals (issue "The run samples the way the model answers best"): no task that gains >= 0.15 when forced is
 refused; every hopeless task is refused; every learnable task file gains >= +0.25 in 30 steps at the defaults
 (or >= 80% of its headroom above a base of 0.7); the demo gains >= +0.40. Adopt the fit only if it wins.
-Writes benchmarks/results/sampling-fit.{json,md}; runs live in runs/bench-sampling/.
+Writes benchmarks/results/sampling-fit.{json,md}; runs live in runs/bench-sampling/. The results accumulate: an
+invocation replaces the records of the runs it measured and keeps the others (each with its own command), so the
+page's header line and note are the last invocation's.
 """
 
 from __future__ import annotations
@@ -52,15 +54,16 @@ def key(r: dict) -> tuple:
     return r["task"], r["arm"], r["seed"]
 
 
-def recorded(name: str, arm: str, seed: int) -> dict | None:
-    """This arm's measured record in the results, for a run whose folder is gone."""
-    return next((r for r in MEASURED if key(r) == (name, arm, seed) and r["after"] is not None), None)
+def recorded(name: str, arm: str, seed: int, max_steps: int) -> dict | None:
+    """This arm's measured record in the results, with as many steps, for a run whose folder is gone."""
+    return next((r for r in MEASURED if key(r) == (name, arm, seed) and r["after"] is not None
+                 and f" --max-steps {max_steps} " in f"{r['command']} "), None)
 
 
 def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool, train: bool = True) -> dict:
     """One arm of one task and seed: "fitted" (the CLI's defaults) or "t1" (--temperature 1)."""
     out = RUNS / f"{name}-{arm}-s{seed}"
-    if reuse and not (out / "metrics.json").is_file() and (kept := recorded(name, arm, seed)):
+    if reuse and not (out / "metrics.json").is_file() and (kept := recorded(name, arm, seed, max_steps)):
         return kept
     m, command = cli_train(out, [*CASES[name][1], "--max-steps", str(max_steps), "--seed", str(seed), "--force",
                                  "--overwrite", *(["--temperature", "1"] if arm == "t1" else [])],
@@ -126,7 +129,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling, or "
                     "recorded in the results, and train only those missing")
     ap.add_argument("--report-only", action="store_true", help="train nothing: the table from the runs already there "
-                    "(a run not there is reported as not measured)")
+                    "or recorded in the results (any other is reported as not measured)")
     args = ap.parse_args()
     runs = []
     for name in args.tasks:

@@ -4,8 +4,8 @@ docs/hooks.py puts them in the site: a page that holds `<!-- generated: NAME -->
 place. The command line's reference comes from `rloo_kit.cli.build_parser()`, the presets' tables from
 `rloo_kit.presets`, the answer-matching table from `rloo_kit.rewards.is_correct`, the API reference from the names
 `rloo_kit` exports, and the changelog and benchmark results from where they lie in the repository. The tutorials are
-the notebooks: their executed copies from the notebook tests (build/notebooks/) where those ran the same code, else
-the stored ones. Plain Python, no MkDocs: tests/test_docs.py imports it.
+the notebooks: their executed copies from the notebook tests (build/notebooks/, tests/notebook_runs.py) where those
+ran the same code, else the stored ones. Plain Python, no MkDocs: tests/test_docs.py imports it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # the kit of this checkout, as mkdocstrings reads its source (paths: [.])
     sys.path.insert(0, str(REPO))
 NOTEBOOKS = REPO / "notebooks"
-EXECUTED = REPO / "build" / "notebooks"  # where tests/test_notebooks.py leaves the notebooks it ran
+EXECUTED = REPO / "build" / "notebooks"  # where the notebook tests leave what they ran (tests/notebook_runs.py)
 RESULTS = REPO / "benchmarks" / "results"
 USAGE_WIDTH = 100
 
@@ -277,8 +277,8 @@ def _code_cells(path: Path) -> list[tuple[str, str]]:
 
 
 def notebook_source(stored: Path) -> Path:
-    """The executed copy of a notebook that tests/test_notebooks.py left in build/notebooks/ when its cells are the
-    stored notebook's (papermill's injected parameters aside), else the stored, stripped notebook."""
+    """The executed copy of a notebook that the notebook tests left in build/notebooks/ when its cells are the
+    stored notebook's (the injected parameters aside), else the stored, stripped notebook."""
     executed = EXECUTED / stored.name
     if executed.is_file() and _code_cells(executed) == _code_cells(stored):
         return executed

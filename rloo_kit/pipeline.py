@@ -73,9 +73,8 @@ class RunReport:
         """Why nothing was trained when the pre-flight stopped the run, with what to do; None otherwise."""
         if self.trained or not self.preflight or self.preflight["ok"]:
             return None
-        return (f"Not trained: the pre-flight says the run that would be trained cannot learn "
-                f"({', '.join(self.preflight['problems'])}); its fixes are above, and force=True (--force on the "
-                f"command line) trains anyway. The model is unchanged: held-out accuracy {_fmt(self.accuracy_before)}.")
+        return (f"Not trained: {_cannot_learn(self.preflight['problems'], 'force=True (--force on the command line)')}"
+                f" The model is unchanged: held-out accuracy {_fmt(self.accuracy_before)}.")
 
     def lines(self) -> list[str]:
         """The run's outcome in a few lines, as the command line prints it (for a refused run, why)."""
@@ -170,9 +169,8 @@ class Run:
     def refuse_if_cannot_learn(self, force: bool = False) -> None:
         """RunRefused naming the pre-flight's causes when `cannot_learn(force)`: the notebook's stop."""
         if self.cannot_learn(force):
-            raise RunRefused(f"The pre-flight says the run that would be trained cannot learn "
-                             f"({', '.join(self.preflight_report.kinds())}); its fixes are above. Train anyway with "
-                             "FORCE = True in the notebook, --force on the command line.")
+            raise RunRefused("Not training: " + _cannot_learn(self.preflight_report.kinds(), "FORCE = True in the "
+                                                              "notebook (--force on the command line)"))
 
     def warm_up(self, examples: int, epochs: int = WARM_EPOCHS) -> None:
         """Teach the call syntax to a model that never calls its tools (the pre-flight's `tool_unused`): `examples`
@@ -359,6 +357,12 @@ def trained_settings(adapter: str | Path) -> dict:
     if (recorded.get("config") or {}).get("temperature") is not None:
         out["temperature"] = recorded["config"]["temperature"]
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _cannot_learn(problems: list[str], force: str) -> str:
+    """The pre-flight's refusal, one sentence for every place that refuses a run."""
+    return (f"the pre-flight says the run that would be trained cannot learn ({', '.join(problems)}); its fixes are "
+            f"above, and {force} trains anyway.")
 
 
 def _fmt(accuracy: float | None) -> str:

@@ -210,12 +210,14 @@ def run_all(lab: Lab, browser, name: str, *, timeout: float, watch=None):
 
 
 def saved_notebook(lab: Lab, name: str, timeout: float = 60) -> nbformat.NotebookNode:
-    """The notebook as JupyterLab saved it, once every code cell has an execution count."""
+    """The notebook as JupyterLab saved it, once every code cell has an execution count; the hub token its kernel
+    had is not in it."""
     deadline = time.time() + timeout
     while True:
         nb = nbformat.read(lab.root / name, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
         if all(c.execution_count is not None for c in code) or time.time() > deadline:
+            notebook_runs.assert_no_token(lab.root / name)
             return nb
         time.sleep(0.5)
 
@@ -318,6 +320,7 @@ def test_01_train_live_view(lab, browser):
     assert [s for s in watch.steps_shown() if s >= 1][:2] == [1, 2], watch.progress
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
+    assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {}), "widget state not saved"
     assert not any(LIVE_LINE.search(o.get("text", "")) for o in outputs), "the text fallback was printed"
     assert not any("<table" in str(o.get("data", {}).get("text/html", "")) and "Training Loss" in
                    str(o.get("data", {}).get("text/html", "")) for o in outputs), "transformers' table is shown"

@@ -120,4 +120,6 @@ def test_the_readmes_python_quickstart_runs_as_written(tiny_model_dir, tmp_path,
     exec(compile(code, "README.md", "exec"), {})
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["task"] == "file" and m["accuracy_before"] is not None and m["budget_minutes"] == 0.05
-    assert "held-out accuracy: before" in capsys.readouterr().out
+    # a random model answers nothing: the pre-flight refuses, and what the README prints says so, not "+0.00"
+    assert not m["trained"] and "reward_collapse" in m["preflight"]["problems"]
+    assert "Not trained: the pre-flight says" in capsys.readouterr().out
