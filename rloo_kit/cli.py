@@ -225,7 +225,7 @@ def _check_output_dir(args) -> Path:
 def cmd_train(args) -> int:
     from .distributed import world_size
     from .pipeline import run
-    from .recipes import dump, recipe_of
+    from .recipes import RECIPE_FILE, dump, recipe_of
 
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
@@ -239,7 +239,7 @@ def cmd_train(args) -> int:
         print(recipe + _settings_text(plan, task, args))
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.yaml").write_text(recipe)
+    (out / RECIPE_FILE).write_text(recipe)
     model, tok = _load(args, plan, task)
     overrides = _overrides(args)
     if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`
@@ -307,11 +307,20 @@ def cmd_eval(args) -> int:
     from .evaluation import compare, paired_change
     from .models import adapter_base_model, load_adapter, load_model
     from .pipeline import trained_settings
+    from .recipes import RECIPE_FILE, trained_task
     from .tasks import load_task
 
     base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
-    task = load_task(args.task, path=args.path, n_test=args.n_test, prompt_column=args.prompt_column,
-                     answer_column=args.answer_column, system_prompt=args.system_prompt, encoding=args.encoding)
+    recorded = {} if args.task else trained_task(args.adapter)  # the task it trained on, and its held-out split
+    for key, value in recorded.items():
+        if key != "n_test" or args.n_test is None:
+            setattr(args, key, value)
+    if recorded:
+        print(f"task: {args.task}{f' {args.path}' if args.path else ''}, as trained "
+              f"({Path(args.adapter).parent / RECIPE_FILE}; --task evaluates another)")
+    task = load_task(args.task or "arithmetic", path=args.path, n_test=args.n_test, seed=recorded.get("seed", 0),
+                     prompt_column=args.prompt_column, answer_column=args.answer_column,
+                     system_prompt=args.system_prompt, encoding=args.encoding)
     if args.tools:
         from .tools import load_tools, with_tools
 
@@ -322,10 +331,11 @@ def cmd_eval(args) -> int:
     temperature = args.temperature if args.temperature is not None else trained.get("temperature", 1.0)
     base, tok = load_model(base_name, preset=args.preset)
     model = load_adapter(base, args.adapter)
-    before, after = task.evaluate_base_and_adapter(model, tok)
+    before, after = task.evaluate_base_and_adapter(model, tok, progress="greedy answers")
     table = compare(before, after).rename(index=lambda k: f"greedy {k}")
     change = paired_change(before, after)
-    sampled = (task.evaluate_base_and_adapter(model, tok, samples=args.samples, greedy=False, temperature=temperature)
+    sampled = (task.evaluate_base_and_adapter(model, tok, samples=args.samples, greedy=False, temperature=temperature,
+                                              progress=f"sampled answers at temperature {temperature:g}")
                if args.samples else None)
     if sampled:
         table = pd.concat([table, compare(*sampled).rename(index=lambda k: f"sampled {k}")])
@@ -434,8 +444,10 @@ def _task_args(sp, auto: bool = True) -> None:
     from .choices import TASKS
     from .presets import PRESETS
 
-    sp.add_argument("--task", choices=(("auto",) if auto else ()) + TASKS, default="auto" if auto else "arithmetic",
-                    help="auto: arithmetic on a CPU, gsm8k on a GPU; file: your own (see below)")
+    sp.add_argument("--task", choices=(("auto",) if auto else ()) + TASKS, default="auto" if auto else None,
+                    help="auto: arithmetic on a CPU, gsm8k on a GPU; file: your own (see below)" if auto else
+                    "default: the task the adapter was trained on, with its file, columns and held-out split (the "
+                    "recipe.yaml beside it), else arithmetic; file: your own (see below)")
     sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
     sp.add_argument("--prompt-column", default="prompt", help="the file's question column")
     sp.add_argument("--answer-column", default="answer", help="the file's answer column")

@@ -319,7 +319,7 @@ def _prompt_text(prompt) -> str:
 
 
 def evaluate_base_and_adapter(model: PeftModel, tokenizer: PreTrainedTokenizerBase, dataset: Dataset,
-                              reward_funcs: RewardFunc | list[RewardFunc] = (),
+                              reward_funcs: RewardFunc | list[RewardFunc] = (), progress: str | None = None,
                               **kwargs: object) -> tuple[EvalReport, EvalReport]:
     """(base, adapter) reports from one PEFT model: the base is the same weights with the adapter off.
 
@@ -328,14 +328,18 @@ def evaluate_base_and_adapter(model: PeftModel, tokenizer: PreTrainedTokenizerBa
         tokenizer: the model's tokenizer.
         dataset: held-out rows with a `prompt` column (and `answer` for accuracy).
         reward_funcs: the rewards to score completions with, as in `evaluate`.
+        progress: a label under which to log how far each side's generation got ("<label>, base: token t/T").
         **kwargs: `evaluate`'s settings (samples, greedy, max_new_tokens, ...), the same for both.
 
     Returns:
         (base report, adapter report).
     """
+    def labelled(side: str) -> str | None:
+        return f"{progress}, {side}" if progress else None
+
     with disabled_adapter(model):
-        base = evaluate(model, tokenizer, dataset, reward_funcs, **kwargs)
-    return base, evaluate(model, tokenizer, dataset, reward_funcs, **kwargs)
+        base = evaluate(model, tokenizer, dataset, reward_funcs, progress=labelled("base"), **kwargs)
+    return base, evaluate(model, tokenizer, dataset, reward_funcs, progress=labelled("adapter"), **kwargs)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
+RECIPE_FILE = "recipe.yaml"  # what `train` writes into its output folder
+TASK_KEYS = ("task", "path", "prompt_column", "answer_column", "system_prompt", "encoding", "n_test", "seed", "tools")
 PATH_KEYS = ("path",)  # recipe values that name files, read relative to the recipe's own folder
 FUNCTION_KEYS = ("reward", "tools")  # recipe values that name functions in files (a list, or one)
 NOT_RECORDED = {"fn", "config", "print_config", "command", "resume", "overwrite", "force", "recipe_parser"}
@@ -47,6 +49,16 @@ def read_recipe(path: str | Path) -> dict:
             recipe[key] = [_beside(spec.split(":", 1)[0], here) + ":" + spec.split(":", 1)[1] if ":" in spec
                            else spec for spec in map(str, recipe[key])]
     return recipe
+
+
+def trained_task(adapter: str | Path) -> dict:
+    """The task options of the `train` run that wrote `adapter`, from the recipe in its output folder: the task, its
+    file and columns, and the size and seed of its held-out split, so that an evaluation of the adapter measures the
+    rows its training set aside, and only those. {} where no recipe lies beside the adapter."""
+    recipe = Path(adapter).parent / RECIPE_FILE
+    if not recipe.is_file():
+        return {}
+    return {k: v for k, v in read_recipe(recipe).items() if k in TASK_KEYS and v is not None}
 
 
 def _beside(value: str, folder: Path) -> str:

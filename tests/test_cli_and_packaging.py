@@ -136,6 +136,12 @@ def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_pat
     after = json.loads((out / "evaluation_after.json").read_text())["completions"]  # the answers, to read
     assert [a["completion"] for a in evaluated["answers"]["adapter"]] == [a["completion"] for a in after]
     assert len(after) == 4 and {"prompt", "completion", "answer", "correct"} <= set(after[0])
+    # no task named: the one it trained on, its file, columns and held-out rows, from the recipe beside it
+    assert main(["eval", "--adapter", str(out / "adapter"), "--model", str(tiny_model_dir), "--samples", "0",
+                 "--output", str(tmp_path / "eval2.json")]) == 0
+    assert "as trained" in capsys.readouterr().out
+    again = json.loads((tmp_path / "eval2.json").read_text())["answers"]["adapter"]
+    assert [a["prompt"] for a in again] == [a["prompt"] for a in after] and again == evaluated["answers"]["adapter"]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import rloo_kit.cli as cli
-from rloo_kit.recipes import apply_recipe, read_recipe
+from rloo_kit.recipes import apply_recipe, read_recipe, trained_task
 
 from .conftest import REPO
 
@@ -125,3 +125,17 @@ def test_print_config_shows_the_learning_rate_as_asked_and_the_small_model_rule_
     assert cli.main(args) == 0
     shown = capsys.readouterr().out
     assert "# learning_rate: 5e-05" in shown and "(learning_rate 0.0004 instead for a model under 0.2B" in shown
+
+
+def test_an_adapter_brings_the_task_and_held_out_split_it_was_trained_on(tmp_path):
+    """What eval and export --verify read when no task is named: the run's recipe, task options only."""
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"question": "q", "reply": "r"}\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text(yaml.safe_dump({
+        "model": "smollm2-135m", "task": "file", "path": str(data), "prompt_column": "question",
+        "answer_column": "reply", "seed": 3, "n_test": 5, "max_steps": 30, "beta": 0.1}))
+    assert trained_task(run / "adapter") == {"task": "file", "path": str(data), "prompt_column": "question",
+                                             "answer_column": "reply", "n_test": 5, "seed": 3}
+    assert trained_task(tmp_path / "elsewhere" / "adapter") == {}

@@ -590,33 +590,38 @@ class GGUFCheck:
 
 def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None = None, task: str | None = None,
                 path: str | None = None, n_test: int | None = None, max_new_tokens: int | None = None) -> GGUFCheck:
-    """The held-out evaluation of the task the adapter was trained on (from the metrics.json `rloo-kit train`
-    wrote beside it, unless `task` is given), greedy, in llama.cpp from the GGUF and in PyTorch.
+    """The held-out evaluation of the task the adapter was trained on (from the recipe.yaml and metrics.json
+    `rloo-kit train` wrote beside it, unless `task` is given: its file, columns and held-out split), greedy, in
+    llama.cpp from the GGUF and in PyTorch.
 
     Args:
         gguf_file: the GGUF file to check.
         adapter: the adapter it was exported from; merged in PyTorch (fp32) for the comparison.
         model: the adapter's base model; the one the adapter's config records when None.
-        task: the task to evaluate on; the one metrics.json records (else "arithmetic") when None.
-        path: the task's file, needed for a "file" task.
-        n_test: held-out rows to evaluate; the task's default when None.
+        task: the task to evaluate on; the one training recorded (else "arithmetic") when None.
+        path: the task's file, needed for a "file" task; the recorded one when None.
+        n_test: held-out rows to evaluate; the recorded number, else the task's default, when None.
         max_new_tokens: the reply length; the trained completion length (else the task's, else 64) when None.
 
     Returns:
         A GGUFCheck: accuracy in llama.cpp and in PyTorch, how many replies are the same text, and the accuracy
         training recorded (when `task` is None).
     """
+    from ..recipes import trained_task
     from ..rewards import is_correct
     from ..tasks import load_task
     from . import llama_cpp
 
     metrics = _train_metrics(adapter)
-    task_name = task or metrics.get("task") or "arithmetic"
+    recorded = {} if task else trained_task(adapter)  # the task it trained on, and its held-out split
+    task_name, path = task or recorded.get("task") or metrics.get("task") or "arithmetic", path or recorded.get("path")
     if task_name == "file" and not path:
         raise ExportError("The adapter was trained on a file task: pass its file with --path (path=...).")
     if not llama_cpp.available():
         raise ExportError(f"No llama.cpp runtime to verify with: {llama_cpp.INSTALL_HINT}.")
-    t = load_task(task_name, path=path, n_test=n_test)
+    columns = {k: recorded[k] for k in ("prompt_column", "answer_column", "system_prompt", "encoding") if k in recorded}
+    t = load_task(task_name, path=path, n_test=n_test or recorded.get("n_test"), seed=recorded.get("seed", 0),
+                  **columns)
     length = max_new_tokens or metrics.get("max_completion_length") or t.max_completion_length or 64
     t = t.replace(max_completion_length=length)
     _, source, _ = base_config(adapter, model)
