@@ -171,6 +171,22 @@ def test_many_repeated_names_are_labels_and_a_reply_may_restate_its_questions_su
     assert task.answer_kind().endswith("and 11 more: a reply that names two is wrong")
 
 
+def test_a_question_that_offers_its_answer_in_the_other_spelling_offers_choices(tmp_path):
+    """'animal or a color?' offers the label 'colour' among others: naming 'animal' beside it stays a hedge, as
+    matching takes either spelling."""
+    from rloo_kit.data import load_local
+    from rloo_kit.rewards import is_correct
+
+    rows = [{"q": f"Is '{w}' an animal or a color?", "label": label}
+            for w, label in [("zebra", "animal"), ("fox", "animal"), ("deer", "animal"), ("red", "colour"),
+                             ("blue", "colour"), ("teal", "colour")]]
+    path = tmp_path / "animal_or_colour.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    red = load_local(str(path), prompt_column="q", answer_column="label")[3]
+    assert red["answer"] == "colour" and red["labels"] == ["animal", "colour"]
+    assert not is_correct("Red is a color, not an animal.", red["answer"], labels=red["labels"])
+
+
 def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_number(tmp_path):
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer, predicted_answer

@@ -85,13 +85,18 @@ _OTHER_SPELLING = {**dict(_BRITISH_AMERICAN), **{american: british for british, 
 def spellings(phrase: str) -> set[str]:
     """`phrase` (normalized) with each of its words in either spelling, British or American, plural or not:
     'light grey' -> {'light grey', 'light gray'}; 'colours' -> {'colours', 'colors'}."""
-    out = {phrase}
-    for i, word in enumerate(phrase.split()):
-        other = _OTHER_SPELLING.get(word) or (_OTHER_SPELLING[word[:-1]] + "s" if word[:-1] in _OTHER_SPELLING
-                                              and word.endswith("s") else None)
-        if other:
-            out |= {" ".join([*p.split()[:i], other, *p.split()[i + 1:]]) for p in out}
-    return out
+    variants = [[]]
+    for word in phrase.split():
+        variants = [[*head, w] for head in variants for w in (word, _other_spelling(word)) if w]
+    return {" ".join(words) for words in variants} | {phrase}
+
+
+def _other_spelling(word: str) -> str | None:
+    if word in _OTHER_SPELLING:
+        return _OTHER_SPELLING[word]
+    if word.endswith("s") and word[:-1] in _OTHER_SPELLING:
+        return _OTHER_SPELLING[word[:-1]] + "s"
+    return None
 
 
 def answers_match(predicted: str | None, gold: str) -> bool:
@@ -165,7 +170,8 @@ def picked_number(text: str, offered: Sequence[str]) -> str | None:
 
 def mentions(text: str, phrase: str) -> bool:
     """Whether `phrase` occurs in `text` as whole words, not inside a longer word ('cold' in 'It is cold.', not
-    in 'coldest'). Both as given: normalize them first where case or articles should not count.
+    in 'coldest'), in either British or American spelling ('color' for 'colour', `spellings`). Both as given:
+    normalize them first where case or articles should not count.
 
     Args:
         text: where to look.
@@ -174,7 +180,7 @@ def mentions(text: str, phrase: str) -> bool:
     Returns:
         True where it occurs with no letter, digit or underscore right before or after it.
     """
-    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
+    return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text) is not None for p in spellings(phrase))
 
 def _matches(text: str, gold: str, match: str) -> bool:
     numeric = parse_number(gold) is not None
@@ -185,8 +191,8 @@ def _matches(text: str, gold: str, match: str) -> bool:
         return answers_match(reply, gold)
     if numeric:
         return answers_match(extract_answer(text), gold)
-    wanted, span = normalize_text(gold), _answer_span(text)
-    return bool(wanted) and any(mentions(span, w) for w in spellings(wanted))
+    wanted = normalize_text(gold)
+    return bool(wanted) and mentions(_answer_span(text), wanted)
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
