@@ -26,7 +26,7 @@ check() {  # check NAME SECONDS COMMAND...: run it, log its output and exit stat
   timeout -s INT -k 20 "$limit" "$@" >>"$LOG" 2>&1  # SIGINT, as Ctrl-C: a run stopped keeps its adapter
   echo "== $name rc=$? in $((SECONDS - start))s" >>"$LOG"
   tar czf "$OUT/results.tgz" benchmarks/results/backends-cuda* benchmarks/results/cuda-oom.json 2>/dev/null
-  for run in gpu-demo gpu-demo-lr; do  # files come back at 16 MiB at most: an adapter travels in parts
+  for run in gpu-demo gpu-demo-lr gpu-tools gpu-budget; do  # files come back at 16 MiB at most: an adapter travels in parts
     [ -d "runs/$run" ] || continue
     rm -f "$OUT/$run".tgz.*
     tar czf - --exclude='checkpoint-*' "runs/$run" | split -b 15M -d -a 1 - "$OUT/$run.tgz."
@@ -53,4 +53,12 @@ check learning-run-lr 200 python3 -m rloo_kit.cli train --task arithmetic --mode
 check out-of-memory 60 python3 benchmarks/cuda_oom.py --backend transformers
 check backends-smollm2 150 python3 benchmarks/backends.py --model smollm2-135m --name backends-cuda-smollm2-135m
 check backends-qwen2.5-1.5b 300 python3 benchmarks/backends.py --model random:qwen2.5-1.5b --name backends-cuda-qwen2.5-1.5b
+# the round's features on CUDA (third session): tools with a warm-start, the time budget with the prompt pool,
+# and the pre-flight's sampling fit on a file task where temperature 1 leaves a small model's samples noisy
+check tools-run 300 python3 -m rloo_kit.cli train --task products --tools calculator --tool-warm-start 16 \
+  --model smollm2-135m --preset 8gb --minutes 2.5 --output-dir runs/gpu-tools
+check budget-run 200 python3 -m rloo_kit.cli train --task arithmetic --model smollm2-135m --preset 8gb \
+  --minutes 1.5 --prompt-pool --output-dir runs/gpu-budget
+check preflight-file 90 python3 -m rloo_kit.cli preflight --task file --path benchmarks/tasks/word_sums.jsonl --prompt-column question \
+  --answer-column result --model smollm2-135m --preset 8gb
 echo "== done $(date +%T)" >>"$LOG"

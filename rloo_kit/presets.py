@@ -255,8 +255,14 @@ def resolve_preset(preset: str | Preset | None = None, hardware: Hardware | None
 
 # ---------------------------------------------------------------------------------------------- config
 
-KIT_DEFAULTS = dict(logging_steps=1, report_to="none", save_strategy="steps", save_steps=25, save_total_limit=2,
-                    seed=42, log_completions=False, disable_tqdm=False)
+# TrainingArguments' own defaults, said explicitly: Unsloth's trainer configs start from others (10% warm-up,
+# weight decay 0.001, accumulation 2, seed 3407), so a run left to them would differ between a GPU and a CPU.
+# Measured on an H100: a 16-example warm-start got 3 optimizer steps, the first at learning rate 0
+# (benchmarks/results/gpu-h200.md). Every trainer the kit builds takes these.
+PINNED_TRAINING_DEFAULTS = dict(warmup_steps=0, weight_decay=0.0, gradient_accumulation_steps=1)
+
+KIT_DEFAULTS = dict(PINNED_TRAINING_DEFAULTS, logging_steps=1, report_to="none", save_strategy="steps", save_steps=25,
+                    save_total_limit=2, seed=42, log_completions=False, disable_tqdm=False)
 
 
 def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware: Hardware | None = None,
@@ -285,7 +291,7 @@ def make_config(preset: str | Preset, *, output_dir: str = "runs/rloo", hardware
                  for k in unknown]
         raise ConfigError(f"Unknown RLOOConfig field(s): {', '.join(hints)}. See `trl.RLOOConfig` for the list.")
     hw = hardware or detect_hardware()
-    fields = {**preset.rloo_fields(), **KIT_DEFAULTS, **device_flags(hw, preset), **overrides}
+    fields = {**KIT_DEFAULTS, **preset.rloo_fields(), **device_flags(hw, preset), **overrides}
     validate_rloo_fields(fields, max_seq_length or preset.max_seq_length)
     try:
         return RLOOConfig(output_dir=output_dir, **fields)

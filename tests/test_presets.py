@@ -148,3 +148,22 @@ def test_a_model_under_the_small_size_trains_at_the_larger_rate():
     assert learning_rate_for(get_preset("8gb"), large) == get_preset("8gb").learning_rate == 5e-5
     faster = dataclasses.replace(get_preset("cpu"), learning_rate=1e-3)
     assert learning_rate_for(faster, small) == 1e-3
+
+
+def test_a_config_pins_the_training_defaults_unsloth_changes(monkeypatch, tmp_path):
+    # Unsloth's patched RLOOConfig starts from a 10% warm-up, weight decay 0.001 and accumulation 2 (seen on an H100):
+    # a run left to those would train differently on a GPU than on a CPU
+    import trl
+
+    @dataclasses.dataclass
+    class UnslothLikeConfig(RLOOConfig):
+        warmup_steps: float = 0.1
+        weight_decay: float = 0.001
+        gradient_accumulation_steps: int = 2
+
+    monkeypatch.setattr(trl, "RLOOConfig", UnslothLikeConfig)
+    cfg = make_config("cpu", output_dir=str(tmp_path), hardware=CPU)
+    assert isinstance(cfg, UnslothLikeConfig)
+    assert (cfg.warmup_steps, cfg.weight_decay) == (0, 0.0)
+    assert cfg.gradient_accumulation_steps == get_preset("cpu").gradient_accumulation_steps
+    assert make_config("cpu", output_dir=str(tmp_path), hardware=CPU, warmup_steps=2).warmup_steps == 2

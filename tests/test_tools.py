@@ -285,3 +285,37 @@ def test_a_warm_start_trains_the_adapter_on_the_completions(tiny_model_dir, tmp_
                        batch_size=4)
     after = {n: p.detach() for n, p in model.named_parameters() if "lora_B" in n}
     assert before.keys() == after.keys() and any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def test_a_warm_start_takes_the_same_steps_whatever_trainer_defaults_unsloth_sets(monkeypatch, tmp_path):
+    # on an H100, Unsloth's SFTConfig (accumulation 2, 10% warm-up) turned 16 examples x 3 epochs into 3 optimizer
+    # steps, the first at learning rate 0, and the model still never called its tool
+    import dataclasses
+
+    import trl
+
+    import rloo_kit.patches
+
+    @dataclasses.dataclass
+    class UnslothLikeConfig(trl.SFTConfig):
+        warmup_steps: float = 0.1
+        weight_decay: float = 0.001
+        gradient_accumulation_steps: int = 2
+
+    built = []
+
+    class Stop(Exception):
+        pass
+
+    def recording_trainer(*, args, **_):
+        built.append(args)
+        raise Stop
+
+    monkeypatch.setattr(trl, "SFTConfig", UnslothLikeConfig)
+    monkeypatch.setattr(trl, "SFTTrainer", recording_trainer)
+    monkeypatch.setattr(rloo_kit.patches, "patch_before_trainer", lambda model, config: None)
+    task = with_tools(rloo_kit.load_task("products", n_train=16, n_test=4), [calculator])
+    with pytest.raises(Stop):
+        warm_start(None, None, worked_examples(task, task.tools[0], n=4), output_dir=str(tmp_path), preset="cpu")
+    (args,) = built
+    assert (args.gradient_accumulation_steps, args.warmup_steps, args.weight_decay) == (1, 0, 0.0)

@@ -86,12 +86,13 @@ def warm_start(model, tokenizer, examples: Dataset, *, output_dir: str, preset=N
 
     from ..hardware import detect_hardware
     from ..patches import patch_before_trainer
-    from ..presets import device_flags, resolve_preset
+    from ..presets import PINNED_TRAINING_DEFAULTS, device_flags, resolve_preset
 
     flags = device_flags(detect_hardware(), resolve_preset(preset))
     config = SFTConfig(output_dir=output_dir, num_train_epochs=epochs, learning_rate=learning_rate,
                        per_device_train_batch_size=batch_size, completion_only_loss=True, save_strategy="no",
-                       report_to="none", logging_steps=1, seed=seed, disable_tqdm=True, **flags)
+                       report_to="none", logging_steps=1, seed=seed, disable_tqdm=True,
+                       **PINNED_TRAINING_DEFAULTS, **flags)
     patch_before_trainer(model, config)  # TRL's CPU path for its log-prob kernel among them (SFT shares it)
     trainer = SFTTrainer(model=model, args=config, train_dataset=examples, processing_class=tokenizer)
     trainer.train()
