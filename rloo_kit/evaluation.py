@@ -22,6 +22,7 @@ from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
 from .rewards import RewardFunc, is_correct, predicted_answer
+from .tools.syntax import syntax_for
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -90,25 +91,29 @@ def progress_lines(label: str, seconds: float = PROGRESS_SECONDS) -> Callable[[i
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool = True, max_new_tokens: int = 64,
              temperature: float = 1.0, batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
-             tools: Sequence = ()) -> tuple[list[list[str]], list[list]]:
+             tools: Sequence = (), tool_format: str = "kit") -> tuple[list[list[str]], list[list]]:
     """Completions for each prompt (chat form or text): texts and token counts, `samples` per prompt. With
     `tools` (`rloo_kit.tools.Tool`s), each completion is finished with its tool calls as in training: the texts
-    are the answers after the last tool result, and each count is (tokens, calls)."""
+    are the answers after the last tool result, and each count is (tokens, calls). `tool_format`: how the
+    prompts tell the tools (`Task.tool_format`)."""
     settings = dict(do_sample=not greedy, max_new_tokens=max_new_tokens, temperature=temperature,
                     batch_size=batch_size)
+    if tools:
+        settings["template_kwargs"] = syntax_for(tool_format, tokenizer).template_kwargs(tools)
     ids = generate_ids(model, tokenizer, prompts, samples=samples, progress=progress, **settings)
     if tools:
-        return _with_tools(model, tokenizer, prompts, ids, tools, settings)
+        return _with_tools(model, tokenizer, prompts, ids, tools, settings, tool_format)
     texts = [[tokenizer.decode(r, skip_special_tokens=True) for r in group] for group in ids]
     return texts, [[len(r) for r in group] for group in ids]
 
 
-def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, settings: dict):
+def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, settings: dict,
+                tool_format: str):
     """The completions `ids` finished with their tool calls: the answer texts the rewards read, and each
     completion's (length, calls), grouped by prompt."""
     from .tools.rollout import answer_text, text_codec
 
-    rollouts = finish_with_tools(model, tokenizer, prompts, ids, tools, **settings)
+    rollouts = finish_with_tools(model, tokenizer, prompts, ids, tools, tool_format=tool_format, **settings)
     decode, _ = text_codec(tokenizer)
     samples = len(ids[0]) if ids else 1
     by_prompt = [range(i, i + samples) for i in range(0, len(rollouts), samples)]
@@ -117,21 +122,24 @@ def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], too
 
 
 def finish_with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, *, max_new_tokens: int,
-                      **settings) -> list:
+                      tool_format: str = "kit", **settings) -> list:
     """The completions `ids` (`generate_ids`' form, a group a prompt) finished with their tool calls as training's
     rollouts are (`tools.rollout`), each continuation sampled with `settings`: the rollouts, in prompt order.
-    Evaluation and the pre-flight both finish their samples here."""
+    Evaluation and the pre-flight both finish their samples here. `tool_format`: how the prompts tell the
+    tools (`Task.tool_format`)."""
     from .tools.rollout import roll_out, text_codec
 
     samples = len(ids[0]) if ids else 1
     flat_prompts = [p for p in prompts for _ in range(samples)]
+    syntax = syntax_for(tool_format, tokenizer)
+    settings = {**settings, "template_kwargs": syntax.template_kwargs(tools)}
 
     def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
         return [g[0] for g in generate_ids(model, tokenizer, [flat_prompts[i] for i in rows], prefixes=begun,
                                            max_new_tokens=max_new_tokens, **settings)]
 
     return roll_out(more, [r for group in ids for r in group], *text_codec(tokenizer), tools,
-                    max_length=max_new_tokens)
+                    max_length=max_new_tokens, syntax=syntax)
 
 
 @torch.no_grad()
@@ -139,19 +147,21 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
                  max_new_tokens: int = 64, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                  min_p: float | None = None, repetition_penalty: float = 1.0,
                  batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
-                 prefixes: list[list[int]] | None = None) -> list[list[list[int]]]:
+                 prefixes: list[list[int]] | None = None, template_kwargs: dict | None = None
+                 ) -> list[list[list[int]]]:
     """Completion token ids, `samples` per prompt, each cut after its first end-of-sequence token
     (kept, as TRL counts it). Prompts in chat form get the model's chat template, as in training;
     sampling settings are TRL's RLOOConfig fields of the same names. `progress(token, max_new_tokens)`
     is called as decoding goes, so a long generation can say how far it got. `prefixes` (one per prompt,
     with samples=1): completions begun earlier, each continued by up to `max_new_tokens` (only the new
-    tokens are returned), so that a longer look costs only the tokens it adds."""
+    tokens are returned), so that a longer look costs only the tokens it adds.
+    `template_kwargs` go to the chat template (the tools, for a model's own tool-call format)."""
     from transformers import GenerationConfig, StoppingCriteriaList
 
     if prefixes is not None and (samples != 1 or len(prefixes) != len(prompts)):
         raise ValueError("prefixes: one begun completion per prompt, with samples=1.")
-    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-             for p in prompts]
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True,
+                                                                        **(template_kwargs or {})) for p in prompts]
     rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
     rows = [r + list(prefix) for r, prefix in zip(rows, prefixes, strict=True)] if prefixes is not None else rows
     eos = eos_token_ids(model, tokenizer)
@@ -232,7 +242,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
              reward_funcs: RewardFunc | list[RewardFunc] = (), *, samples: int = 1,
              greedy: bool = True, max_new_tokens: int = 64, temperature: float = 1.0,
              batch_size: int = 32, match: str = "final", progress: str | None = None,
-             tools: Sequence = ()) -> EvalReport:
+             tools: Sequence = (), tool_format: str = "kit") -> EvalReport:
     """Generate on `dataset` (a `prompt` column; `answer` enables accuracy) and score.
 
     greedy=True needs samples=1 (greedy decoding gives one answer). pass@k is reported for
@@ -255,6 +265,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
         match: "final" or "exact", how a completion is judged correct (see rewards.is_correct).
         progress: a label for progress lines during generation; none when None.
         tools: `rloo_kit.tools.Tool`s the model may call; none by default.
+        tool_format: how the prompts tell the tools: "kit" (the kit's syntax, `tools.with_tools`) or "template"
+            (the model's own, `Task.tool_format`).
 
     Returns:
         An EvalReport: accuracy, pass@k, mean reward per function, length, truncation and every completion.
@@ -266,7 +278,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
     answers = list(dataset["answer"]) if "answer" in dataset.column_names else None
     texts, lengths = generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
                               max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
-                              progress=progress_lines(progress) if progress else None, tools=tools)
+                              progress=progress_lines(progress) if progress else None, tools=tools,
+                              tool_format=tool_format)
     calls = [[c for _, c in group] for group in lengths] if tools else None
     lengths = [[n for n, _ in group] for group in lengths] if tools else lengths
     columns = {c: [v for v in dataset[c] for _ in range(samples)] for c in dataset.column_names if c != "prompt"}

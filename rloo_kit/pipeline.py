@@ -20,7 +20,7 @@ from .evaluation import EvalReport, PairedChange, paired_change
 from .pool import PromptPool
 from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
-from .tools import demonstrating_tool, warm_start, worked_examples
+from .tools import demonstrating_tool, in_model_format, warm_start, worked_examples
 from .tools.warmup import WARM_EPOCHS
 from .training import ADAPTER_DIR, build_trainer, train
 
@@ -131,7 +131,7 @@ class Run:
 
     def __init__(self, plan: RunPlan, task: Task, model, tokenizer, *, output_dir: str | Path, seed: int = 0,
                  smoke: bool = False, **overrides):
-        task = fitting_prompts(plan, task, tokenizer)
+        task = fitting_prompts(plan, in_model_format(task, tokenizer), tokenizer)  # tools in the model's format
         self.plan, self.task, self.model, self.tokenizer = plan, task, model, tokenizer
         self.out, self.seed, self.overrides = Path(output_dir), seed, overrides
         self.out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +177,7 @@ class Run:
         worked examples of the first tool that can demonstrate one, from the training rows, trained with TRL's
         SFTTrainer into the run's adapter (`tools.warm_start`). RLOO's reference is then the warmed model."""
         tool = demonstrating_tool(list(self.task.tools))
-        shown = worked_examples(self.task, tool, n=examples)
+        shown = worked_examples(self.task, tool, n=examples, tokenizer=self.tokenizer)
         self.model = warm_start(self.model, self.tokenizer, shown, output_dir=str(self.out / WARM_DIR),
                                 preset=self.plan.preset, epochs=epochs, seed=self.seed)
         self.report.warm_up = {"examples": len(shown), "epochs": epochs, "tool": tool.name}

@@ -47,7 +47,8 @@ from .rewards import (
     unusable,
 )
 from .tasks import Task
-from .tools.protocol import final_message
+from .tools import in_model_format
+from .tools.syntax import syntax_for
 from .tools.warmup import demonstrate_hint
 
 if TYPE_CHECKING:
@@ -322,6 +323,8 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
     if n_prompts < 1:
         raise ConfigError(f"n_prompts={n_prompts}: the pre-flight needs at least one prompt to sample (skip it "
                           "instead: --preflight-prompts 0 on the command line).")
+    if isinstance(dataset, Task):  # tools told in the model's own format where it has one, as training tells them
+        dataset = in_model_format(dataset, tokenizer)
     run = _Inputs.resolve(dataset, reward_funcs, preset, reward_weights, match, num_generations=num_generations,
                           max_completion_length=max_completion_length, temperature=temperature)
     dataset, funcs, weights, config, tools = run.dataset, run.funcs, run.weights, run.config, run.tools
@@ -332,7 +335,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
 
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
-    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed)
+    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed, run.tool_format)
     ids, widened_from = sample(probe), None
     if (_ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit
             and not tools):
@@ -371,6 +374,7 @@ class _Inputs:
     preset: Preset
     match: str
     tools: list
+    tool_format: str  # how the prompts tell the tools (`Task.tool_format`)
     open_length: bool  # a task whose completion length the kit fits (a file task)
     open_sampling: bool  # a task whose temperature the kit fits
 
@@ -397,7 +401,7 @@ class _Inputs:
         if len(weights) != len(funcs):
             raise ConfigError(f"{len(weights)} reward weights for {len(funcs)} reward functions: give one weight each.")
         return cls(dataset, funcs, weights, config, preset, match or "final", list(task.tools) if task else [],
-                   open_length, open_sampling)
+                   task.tool_format if task else "kit", open_length, open_sampling)
 
 
 def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _Inputs, longer: int) -> tuple:
@@ -465,12 +469,14 @@ class _Sampler:
     small one), saying every few seconds how far it got."""
 
     def __init__(self, model, tokenizer, prompts: list, k: int, config, progress: bool, tools: list = (),
-                 seed: int = 0):
+                 seed: int = 0, tool_format: str = "kit"):
         self.model, self.tokenizer, self.prompts, self.k, self.config, self.progress = (
             model, tokenizer, prompts, k, config, progress)
         self.seed, self.draws = seed, 0
         self.eos = eos_token_ids(model, tokenizer)
-        self.tools = list(tools)
+        self.tools, self.tool_format = list(tools), tool_format
+        self.template_kwargs = syntax_for(tool_format, tokenizer).template_kwargs(self.tools) if self.tools else {}
+        self.answer_starts: dict[tuple, int] = {}  # a rollout's tokens -> where its last turn begins (what is scored)
         self.tool_figures: dict | None = None  # the first draw's, with tools
 
     def __call__(self, probe: int) -> list[list[list[int]]]:
@@ -485,7 +491,7 @@ class _Sampler:
     def greedy(self, length: int) -> list[list[list[int]]]:
         """The model's greedy answer to each prompt, to `length` tokens: its best answer, to hold the samples to."""
         return generate_ids(self.model, self.tokenizer, self.prompts, max_new_tokens=length,
-                            batch_size=max(1, len(self.prompts)),
+                            batch_size=max(1, len(self.prompts)), template_kwargs=self.template_kwargs,
                             progress=progress_lines("pre-flight: greedy answers") if self.progress else None)
 
     def extend(self, ids: list[list[list[int]]], start: int, probe: int) -> list[list[list[int]]]:
@@ -510,7 +516,7 @@ class _Sampler:
         self.draws += 1
         with seeded(self.seed * 1000 + self.draws):  # the same seed, the same samples and verdict
             ids = generate_ids(self.model, self.tokenizer, prompts, progress=progress_lines(label) if self.progress
-                               else None, **settings, **kwargs)
+                               else None, template_kwargs=self.template_kwargs, **settings, **kwargs)
             return self._with_tools(prompts, ids, settings, kwargs["max_new_tokens"]) if self.tools else ids
 
     def _with_tools(self, prompts: list, ids: list, settings: dict, length: int) -> list[list[list[int]]]:
@@ -520,10 +526,11 @@ class _Sampler:
 
         k = len(ids[0])
         rollouts = finish_with_tools(self.model, self.tokenizer, prompts, ids, self.tools, max_new_tokens=length,
-                                     **settings)
+                                     tool_format=self.tool_format, **settings)
         if self.tool_figures is None:
             figures = summary(rollouts)
             self.tool_figures = {k: figures[f"tools/{k}"] for k in ("call_rate", "calls", "valid_call_rate")}
+        self.answer_starts.update((tuple(r.ids), r.turn_start) for r in rollouts)
         return [[r.ids for r in rollouts[i:i + k]] for i in range(0, len(rollouts), k)]
 
 
@@ -534,7 +541,7 @@ class _Judge:
         self.tokenizer, self.eos, self.ids, self.rows, self.match, self.k = (
             tokenizer, sampler.eos, ids, rows, match, sampler.k)
         self.prompts, self.picked, self.temperature = sampler.prompts, picked, sampler.config.temperature
-        self.tools = sampler.tools
+        self.tools, self.answer_starts = sampler.tools, sampler.answer_starts
         self.columns = {c: [v for v in picked[c] for _ in range(self.k)] for c in picked.column_names if c != "prompt"}
         self.totals: dict[int, np.ndarray] = {}
         self._texts: dict[int, list[str]] = {}
@@ -546,7 +553,10 @@ class _Judge:
         return other
 
     def decode(self, seqs) -> list[str]:
-        return [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in seqs]
+        return [self._decode_one(seq) for seq in seqs]
+
+    def _decode_one(self, seq: list[int]) -> str:
+        return self.tokenizer.decode(seq, skip_special_tokens=True)
 
     def correct(self, texts: list[str], samples: int) -> list[bool] | None:
         """Whether each completion (`samples` a prompt, in prompt order) is right; None without answers."""
@@ -560,10 +570,12 @@ class _Judge:
         return self.picked["labels"] if "labels" in self.picked.column_names else None
 
     def texts(self, length: int) -> list[str]:
-        """The samples cut at `length` tokens, as the rewards read them (with tools: the last message)."""
+        """The samples cut at `length` tokens, as the rewards read them (with tools: the model's last turn, after the
+        last tool result; nothing where a result was cut)."""
         if length not in self._texts:
-            texts = self.decode(seq[:length] for group in self.ids for seq in group)
-            self._texts[length] = [final_message(t) for t in texts] if self.tools else texts
+            cut = [seq[:length] for group in self.ids for seq in group]
+            self._texts[length] = ([self._decode_one(seq[self.answer_starts.get(tuple(seq), 0):]).lstrip()
+                                    for seq in cut] if self.tools else self.decode(cut))
         return self._texts[length]
 
     def __call__(self, length: int, funcs: list, weights: list[float]) -> Setup:

@@ -46,6 +46,7 @@ class Task:
     temperature: float | None = None
     validation: Dataset | None = None  # rows carved from train to choose the best step (`carve_validation`)
     tools: tuple = ()  # `rloo_kit.tools.Tool`s the model may call in training and evaluation (`tools.with_tools`)
+    tool_format: str = "kit"  # how the prompts tell the tools: the kit's syntax, or "template", the model's own
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed, e.g. task.replace(max_completion_length=48)."""
@@ -109,8 +110,11 @@ class Task:
         return self.replace(train=self.train.select(keep_train), test=self.test.select(keep_test)), dropped
 
     def trainer_overrides(self) -> dict:
-        """The RLOOConfig fields this task decides: reward weights, completion length and temperature."""
+        """The RLOOConfig fields this task decides: reward weights, completion length, temperature, and the tools
+        for a chat template that renders them (a task told in the model's own tool-call format)."""
         out = {}
+        if self.tools and self.tool_format != "kit":
+            out["chat_template_kwargs"] = {"tools": [t.schema for t in self.tools]}
         if self.reward_weights is not None:
             out["reward_weights"] = list(self.reward_weights)
         if self.max_completion_length is not None:
@@ -122,18 +126,25 @@ class Task:
     def evaluate(self, model, tokenizer, dataset: Dataset | None = None, **kwargs) -> EvalReport:
         """`evaluation.evaluate` on the test split (or `dataset`), with this task's rewards, matching
         and completion length. kwargs: samples, greedy, temperature, batch_size."""
-        return evaluate(model, tokenizer, self.test if dataset is None else dataset, list(self.reward_funcs),
-                        **self._eval_settings(kwargs))
+        task = self._in_model_format(tokenizer)
+        return evaluate(model, tokenizer, task.test if dataset is None else dataset, list(self.reward_funcs),
+                        **task._eval_settings(kwargs))
 
     def evaluate_base_and_adapter(self, model, tokenizer, dataset: Dataset | None = None,
                                   **kwargs) -> tuple[EvalReport, EvalReport]:
         """(base, adapter) reports on the test split from one PEFT model (the base is the adapter off)."""
-        return evaluate_base_and_adapter(model, tokenizer, self.test if dataset is None else dataset,
-                                         list(self.reward_funcs), **self._eval_settings(kwargs))
+        task = self._in_model_format(tokenizer)
+        return evaluate_base_and_adapter(model, tokenizer, task.test if dataset is None else dataset,
+                                         list(self.reward_funcs), **task._eval_settings(kwargs))
 
     def _eval_settings(self, kwargs: dict) -> dict:
         return {"match": self.match, "max_new_tokens": self.max_completion_length or DEFAULT_EVAL_LENGTH,
-                "tools": self.tools, **kwargs}
+                "tools": self.tools, "tool_format": self.tool_format, **kwargs}
+
+    def _in_model_format(self, tokenizer) -> Task:
+        from .tools import in_model_format
+
+        return in_model_format(self, tokenizer)
 
 
 def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int | None = None,

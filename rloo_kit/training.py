@@ -48,7 +48,7 @@ from .presets import (
 )
 from .rewards import RewardFunc, guard, required_columns
 from .tasks import Task
-from .tools import MAX_CALLS, as_tools
+from .tools import KIT, MAX_CALLS, as_tools, in_model_format
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -113,6 +113,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool` and `rloo_kit_patches` set.
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
+    if task is not None:  # tools told in the model's own format where its chat template has one, as TRL does
+        task = in_model_format(task, tokenizer)
     if minutes is not None:
         if task is None or config is not None:
             raise ConfigError("minutes= needs a Task (its validation rows choose the best step) and no config=: "
@@ -123,6 +125,10 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         train_dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
         if config is None:
             overrides = {**task.trainer_overrides(), **overrides}
+        elif task.tool_format != KIT.name and not (config.chat_template_kwargs or {}).get("tools"):
+            raise ConfigError("This task's tools are told in the model's own format, which its chat template "
+                              "renders from chat_template_kwargs: put chat_template_kwargs="
+                              "{'tools': [t.schema for t in task.tools]} into the RLOOConfig, or drop config=.")
     if config is not None and overrides:
         raise ConfigError(f"Pass either config= or field overrides ({', '.join(overrides)}), not both: "
                           "put the overrides into the RLOOConfig, or drop config= to build one from the preset.")
@@ -155,6 +161,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                           callbacks=[*filter(None, kit_callbacks), *callbacks])
     trainer.time_budget, trainer.prompt_pool = budget, pool
     trainer.kit_tools = as_tools(tools) if tools else list(task.tools) if task is not None else []
+    trainer.kit_tool_format = task.tool_format if task is not None and not tools else KIT.name
     trainer.max_tool_calls = max_tool_calls
     _use_base_as_reference(trainer.model)
     patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import ConfigError
 from ..tools.rollout import answer_text, roll_out, summary, text_codec
+from ..tools.syntax import KIT, syntax_for
 
 
 def use_tool_rollouts(trainer) -> bool:
@@ -32,7 +33,8 @@ def use_tool_rollouts(trainer) -> bool:
     if getattr(trainer, "use_vllm", False):
         raise ConfigError("Tools run with transformers' generation only: drop --vllm (use_vllm) for a run with tools.")
     decode, encode = text_codec(trainer.processing_class)
-    first_turn, single_turn = trainer._generate, trainer._generate_single_turn
+    syntax = syntax_for(getattr(trainer, "kit_tool_format", KIT.name), trainer.processing_class)
+    first_turn = trainer._generate
     score, loss, per_token = (trainer._generate_and_score_completions, trainer._compute_loss,
                               trainer._get_per_token_logps_and_entropies)
     weights: dict[str, object] = {"batch": None, "step": None}
@@ -40,10 +42,12 @@ def use_tool_rollouts(trainer) -> bool:
     def generate(self, prompts: list):
         prompt_ids, completion_ids, completions = first_turn(prompts)
         def more(rows: list[int], begun: list[list[int]]) -> list[list[int]]:
-            return single_turn([list(prompt_ids[i]) + b for i, b in zip(rows, begun, strict=True)], None, {})
+            # the sampler bound now (the kit's CPU sampler where it applies), as TRL's own first turn uses it
+            return self._generate_single_turn([list(prompt_ids[i]) + b for i, b in zip(rows, begun, strict=True)],
+                                              None, {})
 
         rollouts = roll_out(more, completion_ids, decode, encode, tools, max_calls=self.max_tool_calls,
-                            max_length=self.args.max_completion_length)
+                            max_length=self.args.max_completion_length, syntax=syntax)
         weights["batch"] = [r.weights for r in rollouts]
         texts = [answer_text(r, decode) for r in rollouts]
         conversational = not isinstance(completions[0], str)

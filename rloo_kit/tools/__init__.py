@@ -1,6 +1,7 @@
 """RLOO with tools: rollouts that call plain Python functions, a tool's tokens weighing nothing in the loss.
 
-`protocol`: how a call is written, parsed and run (`calculator` is one tool, ready to use); `rollout`: the loop
+`protocol`: how a call is written, parsed and run (`calculator` is one tool, ready to use); `syntax`: the kit's
+call syntax, or the model's own where its chat template has one (Qwen2.5, Llama 3.x); `rollout`: the loop
 that runs calls and samples on; `warmup`: a few worked examples, trained with TRL's SFTTrainer, for a model that
 never calls; `with_tools`: a task or dataset whose prompts tell the model its tools. The
 trainer is TRL's own, given `tools=` through `rloo_kit.build_trainer` (the door's patch `tool_rollouts`).
@@ -12,14 +13,19 @@ from collections.abc import Callable, Sequence
 
 from .protocol import Tool, as_tools, calculator, instructions
 from .rollout import MAX_CALLS, Rollout, roll_out
+from .syntax import KIT, TemplateSyntax, has_own_tool_format, tell_prompt, untell_prompt
 from .warmup import demonstrating_tool, warm_start, worked_examples
 
-__all__ = ["BUILT_IN", "MAX_CALLS", "TOOL_COMPLETION_LENGTH", "Rollout", "Tool", "as_tools", "calculator",
-           "demonstrating_tool", "instructions", "load_tools", "roll_out", "tell_prompt", "warm_start", "with_tools",
-           "worked_examples"]
+__all__ = ["BUILT_IN", "KIT", "MAX_CALLS", "TEMPLATE_TOOL_COMPLETION_LENGTH", "TOOL_COMPLETION_LENGTH", "Rollout",
+           "TemplateSyntax", "Tool", "as_tools", "calculator", "demonstrating_tool", "has_own_tool_format",
+           "in_model_format", "instructions", "load_tools", "roll_out", "tell_prompt", "untell_prompt", "warm_start",
+           "with_tools", "worked_examples"]
 
 BUILT_IN = {"calculator": calculator}  # tools the command line names by name alone
 TOOL_COMPLETION_LENGTH = 48  # tokens for a call, its result and a short answer (the products task's, measured)
+# the same in a model's own format, whose call is JSON and whose result is a tool message and a new turn: the
+# products task's worked example is 72 tokens in Qwen2.5's format (35 in the kit's) on SmolLM2's tokenizer
+TEMPLATE_TOOL_COMPLETION_LENGTH = 96
 
 
 def load_tools(specs: Sequence[str]) -> list[Tool]:
@@ -43,33 +49,56 @@ def load_tools(specs: Sequence[str]) -> list[Tool]:
     return as_tools(functions)
 
 
-def tell_prompt(prompt, text: str):
-    """`prompt` with the tools' instructions: a system message before a chat prompt's first message (merged
-    into the prompt's own system message if it has one), or a paragraph before a plain prompt."""
-    if isinstance(prompt, str):
-        return f"{text}\n\n{prompt}"
-    messages = [dict(m) for m in prompt]
-    if messages and messages[0]["role"] == "system":
-        messages[0]["content"] = f"{messages[0]['content']}\n\n{text}"
-        return messages
-    return [{"role": "system", "content": text}, *messages]
-
-
-def with_tools(data, tools: Sequence[Callable | Tool], example: str | None = None):
+def with_tools(data, tools: Sequence[Callable | Tool], example: str | None = None, tokenizer=None):
     """A dataset whose prompts tell the model its tools; or a `tasks.Task` whose splits do, and which carries the
     tools, so that its training, pre-flight and evaluation run them. A task without a completion length of its own
     gets TOOL_COMPLETION_LENGTH: the pre-flight does not fit the length of multi-turn samples, and a preset's
-    (16 tokens on a CPU) cuts a call before its result comes back."""
-    from ..tasks import Task
+    (16 tokens on a CPU) cuts a call before its result comes back; TEMPLATE_TOOL_COMPLETION_LENGTH in a model's own
+    format, whose calls and results take twice the tokens.
+
+    The kit's call syntax is told in a system message. A Task of chat prompts for a model whose chat template has
+    its own tool-call format (Qwen2.5, Llama 3.x, ...: `syntax.has_own_tool_format(tokenizer)`) is told in that
+    format instead, as TRL does: its prompts stay as they are and the template renders the tools. Without
+    `tokenizer`, the kit's; training, the pre-flight and evaluation switch such a task to the model's own format
+    when they meet its tokenizer (`in_model_format`)."""
+    from datasets import Dataset
 
     tools = as_tools(tools)
-    text = instructions(tools, example)
+    if not isinstance(data, Dataset):  # a Task (tools cannot import tasks, which imports them)
+        own = tokenizer is not None and _chat(data.train) and has_own_tool_format(tokenizer)
+        task = data.replace(tools=tuple(tools), max_completion_length=data.max_completion_length or (
+            TEMPLATE_TOOL_COMPLETION_LENGTH if own else TOOL_COMPLETION_LENGTH))
+        return _retold(task, TemplateSyntax(tokenizer) if own else KIT, example)
+    return _told(data, KIT, tools, example)
 
-    def told(dataset):
-        return None if dataset is None else dataset.map(lambda row: {"prompt": tell_prompt(row["prompt"], text)})
 
-    if isinstance(data, Task):
-        return data.replace(train=told(data.train), test=told(data.test), validation=told(data.validation),
-                            tools=tuple(tools),
-                            max_completion_length=data.max_completion_length or TOOL_COMPLETION_LENGTH)
-    return told(data)
+def in_model_format(task, tokenizer):
+    """`task` told in the model's own tool-call format where its tokenizer has one and the kit's syntax was told;
+    otherwise `task` as it is. Training, the pre-flight and evaluation call it, so a task made with tools before
+    the model was loaded runs in the model's format."""
+    if not task.tools or task.tool_format != KIT.name or not _chat(task.train) or not has_own_tool_format(tokenizer):
+        return task
+    untold = task.replace(**{split: _untold(getattr(task, split)) for split in ("train", "test", "validation")})
+    if task.max_completion_length == TOOL_COMPLETION_LENGTH:  # the kit syntax's room, which the format outgrows
+        untold = untold.replace(max_completion_length=TEMPLATE_TOOL_COMPLETION_LENGTH)
+    return _retold(untold, TemplateSyntax(tokenizer))
+
+
+def _retold(task, syntax, example: str | None = None):
+    splits = {split: _told(getattr(task, split), syntax, task.tools, example) for split in ("train", "test",
+                                                                                           "validation")}
+    return task.replace(**splits, tool_format=syntax.name)
+
+
+def _told(dataset, syntax, tools, example):
+    if dataset is None or syntax.name != KIT.name:  # the model's own format: the template tells the tools
+        return dataset
+    return dataset.map(lambda row: {"prompt": syntax.tell(row["prompt"], tools, example)})
+
+
+def _untold(dataset):
+    return None if dataset is None else dataset.map(lambda row: {"prompt": untell_prompt(row["prompt"])})
+
+
+def _chat(dataset) -> bool:
+    return dataset is not None and len(dataset) > 0 and not isinstance(dataset[0]["prompt"], str)

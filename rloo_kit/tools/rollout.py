@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .protocol import CALL_CLOSE, Tool, final_message, find_call, result_text, run_call
+from .protocol import Tool, run_call
+from .syntax import KIT, KitSyntax, TemplateSyntax
 
 MAX_CALLS = 3  # tool calls a completion may make: the cap that ends a runaway loop
 
@@ -38,25 +39,30 @@ class Rollout:
 
 def roll_out(generate: Callable[[list[int], list[list[int]]], list[list[int]]], first: Sequence[list[int]],
              decode: Callable[[list[int]], str], encode: Callable[[str], list[int]], tools: Sequence[Tool], *,
-             max_calls: int = MAX_CALLS, max_length: int) -> list[Rollout]:
+             max_calls: int = MAX_CALLS, max_length: int, syntax: KitSyntax | TemplateSyntax = KIT) -> list[Rollout]:
     """Finish the completions `first` with tool calls: at most `max_calls` each, and `max_length` tokens in all.
-    `generate(rows, begun)` samples one continuation of each begun completion, row `rows[j]`'s `begun[j]`."""
+    `generate(rows, begun)` samples one continuation of each begun completion, row `rows[j]`'s `begun[j]`.
+    `syntax` reads the calls of a turn and writes what follows them (`tools.syntax`)."""
     rollouts = [Rollout(list(ids)) for ids in first]
     for _ in range(max_calls):
         waiting = []
         for i, r in enumerate(rollouts):
             if r.done:
                 continue
-            turn = r.ids[r.turn_start:]
-            call = find_call(decode(turn), tools)
-            if call is None:
+            read = syntax.read_turn(r.ids[r.turn_start:], decode, tools)
+            if read is None:
                 r.done = True
                 continue
-            cut = r.turn_start + _tokens_through_call(turn, decode)
+            calls, keep = read
+            calls = calls[:max_calls - r.calls]  # the cap counts calls, not turns
+            cut = r.turn_start + keep
             del r.ids[cut:], r.weights[cut:]  # what the model wrote after the call is not kept: the result follows
-            result, ok = run_call(call, tools)
-            r.calls, r.valid = r.calls + 1, r.valid + ok
-            r.add(encode(result_text(result)), 0, max_length - len(r.ids))
+            results = []
+            for call in calls:
+                result, ok = run_call(call, tools)
+                r.calls, r.valid = r.calls + 1, r.valid + ok
+                results.append((call, result))
+            r.add(syntax.result_ids(results, encode), 0, max_length - len(r.ids))
             r.turn_start = len(r.ids)
             if len(r.ids) >= max_length:
                 r.done = True
@@ -67,14 +73,6 @@ def roll_out(generate: Callable[[list[int], list[list[int]]], list[list[int]]], 
         for i, ids in zip(waiting, generate(waiting, [list(rollouts[i].ids) for i in waiting]), strict=True):
             rollouts[i].add(ids, 1, max_length - len(rollouts[i].ids))
     return rollouts
-
-
-def _tokens_through_call(turn: list[int], decode: Callable[[list[int]], str]) -> int:
-    """The fewest tokens of `turn` whose text holds the first call's closing tag."""
-    for n in range(1, len(turn) + 1):
-        if CALL_CLOSE in decode(turn[:n]):
-            return n
-    return len(turn)
 
 
 def text_codec(tokenizer) -> tuple[Callable[[list[int]], str], Callable[[str], list[int]]]:
@@ -90,8 +88,8 @@ def text_codec(tokenizer) -> tuple[Callable[[list[int]], str], Callable[[str], l
 
 
 def answer_text(rollout: Rollout, decode: Callable[[list[int]], str]) -> str:
-    """What the rewards score: the model's last message, after the last tool result."""
-    return final_message(decode(rollout.ids))
+    """What the rewards score: the model's last turn, after the last tool result."""
+    return decode(rollout.ids[rollout.turn_start:]).lstrip()
 
 
 def summary(rollouts: Sequence[Rollout]) -> dict[str, float | None]:

@@ -7,13 +7,14 @@ learns when a call pays. The examples come from the task's own training rows, th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 from datasets import Dataset
 
 from ..errors import ConfigError
-from .protocol import CALL_CLOSE, CALL_OPEN, Tool, find_call, result_text, run_call
+from .protocol import CALL_CLOSE, CALL_OPEN, Tool, find_call, run_call
 
 log = logging.getLogger("rloo_kit")
 
@@ -46,17 +47,22 @@ def demonstrating_tool(tools: list[Tool]) -> Tool:
 
 
 def worked_examples(task, tool: Tool, n: int = WARM_EXAMPLES,
-                    demonstrate: Callable[[str], str | None] | None = None) -> Dataset:
+                    demonstrate: Callable[[str], str | None] | None = None, tokenizer=None) -> Dataset:
     """Up to `n` training rows of `task` (made with `tools.with_tools`) as prompt / completion pairs whose
-    completion calls `tool`, reads its result and answers: `<tool>call</tool><result>r</result> The answer is a.`
+    completion calls `tool`, reads its result and answers: `<tool>call</tool><result>r</result> The answer is a.`,
+    or the same in the model's own tool-call format for a task told in it (then `tokenizer` is needed, and the
+    rows carry the tools for the chat template).
     `demonstrate(question) -> call text` (default: the tool's own `demonstrate`) picks the call; rows it returns
     None for, or whose call does not give the row's answer, are left out."""
     from ..rewards import accepted_answers, is_correct
+    from .syntax import syntax_for
 
     demonstrate = demonstrate or getattr(tool.fn, "demonstrate", None)
     if demonstrate is None:
         raise ValueError(f"Tool '{tool.name}' has no demonstrate(question) -> call: pass demonstrate= to say which "
                          "call answers a training question.")
+    syntax = syntax_for(task.tool_format, tokenizer)
+    params = list(tool.schema["function"].get("parameters", {}).get("properties", {}))
     prompts, completions = [], []
     for row in task.train:
         question = row["prompt"] if isinstance(row["prompt"], str) else row["prompt"][-1]["content"]
@@ -68,14 +74,18 @@ def worked_examples(task, tool: Tool, n: int = WARM_EXAMPLES,
         answer = accepted_answers(row["answer"])[0]
         if not ok or not is_correct(result, answer):
             continue
-        text = f"{CALL_OPEN}{call}{CALL_CLOSE}{result_text(result)} The answer is {answer}."
+        by_name = {**dict(zip(params, parsed.args, strict=False)), **(parsed.kwargs or {})}
+        named = dataclasses.replace(parsed, args=(), kwargs=by_name)  # a JSON call names its arguments
         prompts.append(row["prompt"])
-        completions.append(text if isinstance(row["prompt"], str) else [{"role": "assistant", "content": text}])
+        completions.append(syntax.worked_completion(row["prompt"], named, result, answer))
         if len(prompts) == n:
             break
     if not prompts:
         raise ValueError(f"No training row of task '{task.name}' has a call of '{tool.name}' that gives its answer.")
-    return Dataset.from_dict({"prompt": prompts, "completion": completions})
+    columns = {"prompt": prompts, "completion": completions}
+    if syntax.template_kwargs(task.tools):  # the chat template renders the tools in each example's prompt
+        columns["tools"] = [[t.schema for t in task.tools]] * len(prompts)
+    return Dataset.from_dict(columns)
 
 
 def warm_start(model, tokenizer, examples: Dataset, *, output_dir: str, preset=None, epochs: int = WARM_EPOCHS,
