@@ -61,8 +61,9 @@ def main() -> None:
     result["base"] = held_out(task, model, tok)
     if args.warm:
         start = time.time()
-        model = warm_start(model, tok, worked_examples(task, task.tools[0], n=args.warm), output_dir=str(RUNS / "sft"),
-                           preset=plan.preset, epochs=args.epochs, seed=args.seed)
+        shown = worked_examples(task, task.tools[0], n=args.warm, tokenizer=tok)
+        model = warm_start(model, tok, shown, output_dir=str(RUNS / "sft"), preset=plan.preset, epochs=args.epochs,
+                           seed=args.seed)
         result["warm_start_seconds"] = round(time.time() - start, 1)
         warmed = rloo_kit.preflight(model, tok, task, preset=plan.preset, seed=args.seed)
         print(warmed, flush=True)

@@ -48,7 +48,7 @@ from .rewards import (
 )
 from .tasks import Task
 from .tools import in_model_format
-from .tools.syntax import syntax_for
+from .tools.syntax import KIT, syntax_for
 from .tools.warmup import demonstrate_hint
 
 if TYPE_CHECKING:
@@ -401,7 +401,7 @@ class _Inputs:
         if len(weights) != len(funcs):
             raise ConfigError(f"{len(weights)} reward weights for {len(funcs)} reward functions: give one weight each.")
         return cls(dataset, funcs, weights, config, preset, match or "final", list(task.tools) if task else [],
-                   task.tool_format if task else "kit", open_length, open_sampling)
+                   task.tool_format if task else KIT.name, open_length, open_sampling)
 
 
 def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _Inputs, longer: int) -> tuple:

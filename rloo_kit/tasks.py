@@ -21,6 +21,7 @@ from .hardware import Hardware, detect_hardware
 from .presets import Preset, resolve_preset
 from .rewards import RewardFunc, brevity, correct_answer, offers_numbers
 from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
+from .tools.syntax import KIT, template_kwargs
 
 log = logging.getLogger("rloo_kit")
 DEFAULT_EVAL_LENGTH = 256  # tokens, for a task evaluated before any preset fixed its length
@@ -46,7 +47,7 @@ class Task:
     temperature: float | None = None
     validation: Dataset | None = None  # rows carved from train to choose the best step (`carve_validation`)
     tools: tuple = ()  # `rloo_kit.tools.Tool`s the model may call in training and evaluation (`tools.with_tools`)
-    tool_format: str = "kit"  # how the prompts tell the tools: the kit's syntax, or "template", the model's own
+    tool_format: str = KIT.name  # how the prompts tell the tools: the kit's syntax, or "template", the model's own
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed, e.g. task.replace(max_completion_length=48)."""
@@ -94,9 +95,11 @@ class Task:
     def without_long_prompts(self, tokenizer, max_tokens: int) -> tuple[Task, int]:
         """This task less the rows whose prompt, in the chat template, runs past `max_tokens` (TRL would
         cut them from the left, dropping the question's start in silence), and how many went."""
+        rendered = self.trainer_overrides().get("chat_template_kwargs", {})  # a template's tools count too
+
         def fits(rows: Dataset) -> list[int]:
             texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False,
-                                                                                 add_generation_prompt=True)
+                                                                                 add_generation_prompt=True, **rendered)
                      for p in rows["prompt"]]
             lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
             return [i for i, n in enumerate(lengths) if n <= max_tokens]
@@ -113,8 +116,8 @@ class Task:
         """The RLOOConfig fields this task decides: reward weights, completion length, temperature, and the tools
         for a chat template that renders them (a task told in the model's own tool-call format)."""
         out = {}
-        if self.tools and self.tool_format != "kit":
-            out["chat_template_kwargs"] = {"tools": [t.schema for t in self.tools]}
+        if self.tools and self.tool_format != KIT.name:
+            out["chat_template_kwargs"] = template_kwargs(self.tools)
         if self.reward_weights is not None:
             out["reward_weights"] = list(self.reward_weights)
         if self.max_completion_length is not None:
@@ -126,25 +129,25 @@ class Task:
     def evaluate(self, model, tokenizer, dataset: Dataset | None = None, **kwargs) -> EvalReport:
         """`evaluation.evaluate` on the test split (or `dataset`), with this task's rewards, matching
         and completion length. kwargs: samples, greedy, temperature, batch_size."""
-        task = self._in_model_format(tokenizer)
-        return evaluate(model, tokenizer, task.test if dataset is None else dataset, list(self.reward_funcs),
-                        **task._eval_settings(kwargs))
+        task = self._in_model_format(tokenizer, dataset)
+        return evaluate(model, tokenizer, task.test, list(self.reward_funcs), **task._eval_settings(kwargs))
 
     def evaluate_base_and_adapter(self, model, tokenizer, dataset: Dataset | None = None,
                                   **kwargs) -> tuple[EvalReport, EvalReport]:
         """(base, adapter) reports on the test split from one PEFT model (the base is the adapter off)."""
-        task = self._in_model_format(tokenizer)
-        return evaluate_base_and_adapter(model, tokenizer, task.test if dataset is None else dataset,
-                                         list(self.reward_funcs), **task._eval_settings(kwargs))
+        task = self._in_model_format(tokenizer, dataset)
+        return evaluate_base_and_adapter(model, tokenizer, task.test, list(self.reward_funcs),
+                                         **task._eval_settings(kwargs))
 
     def _eval_settings(self, kwargs: dict) -> dict:
         return {"match": self.match, "max_new_tokens": self.max_completion_length or DEFAULT_EVAL_LENGTH,
                 "tools": self.tools, "tool_format": self.tool_format, **kwargs}
 
-    def _in_model_format(self, tokenizer) -> Task:
+    def _in_model_format(self, tokenizer, dataset: Dataset | None = None) -> Task:
+        """This task, `dataset` (when given) as its test split, with its tools told as this model takes them."""
         from .tools import in_model_format
 
-        return in_model_format(self, tokenizer)
+        return in_model_format(self if dataset is None else self.replace(test=dataset), tokenizer)
 
 
 def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int = 2000, n_test: int | None = None,

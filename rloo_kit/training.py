@@ -124,11 +124,15 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     if task is not None:
         train_dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
         if config is None:
-            overrides = {**task.trainer_overrides(), **overrides}
+            decided = task.trainer_overrides()
+            if "chat_template_kwargs" in decided:  # the template's tools, beside what was asked (enable_thinking, ...)
+                overrides["chat_template_kwargs"] = {**decided["chat_template_kwargs"],
+                                                     **(overrides.get("chat_template_kwargs") or {})}
+            overrides = {**decided, **overrides}
         elif task.tool_format != KIT.name and not (config.chat_template_kwargs or {}).get("tools"):
             raise ConfigError("This task's tools are told in the model's own format, which its chat template "
-                              "renders from chat_template_kwargs: put chat_template_kwargs="
-                              "{'tools': [t.schema for t in task.tools]} into the RLOOConfig, or drop config=.")
+                              "renders from chat_template_kwargs: put task.trainer_overrides()"
+                              "['chat_template_kwargs'] into the RLOOConfig's, or drop config=.")
     if config is not None and overrides:
         raise ConfigError(f"Pass either config= or field overrides ({', '.join(overrides)}), not both: "
                           "put the overrides into the RLOOConfig, or drop config= to build one from the preset.")
@@ -161,7 +165,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                           callbacks=[*filter(None, kit_callbacks), *callbacks])
     trainer.time_budget, trainer.prompt_pool = budget, pool
     trainer.kit_tools = as_tools(tools) if tools else list(task.tools) if task is not None else []
-    trainer.kit_tool_format = task.tool_format if task is not None and not tools else KIT.name
+    trainer.kit_tool_format = task.tool_format if task is not None and task.tools else KIT.name
     trainer.max_tool_calls = max_tool_calls
     _use_base_as_reference(trainer.model)
     patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches

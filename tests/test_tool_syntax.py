@@ -2,6 +2,7 @@
 it, and reads its results as the template's tool messages, as TRL's GRPOTrainer does; a model without one (SmolLM2)
 gets the kit's `<tool>` syntax. The templates are TRL's own copies, set on the tiny test tokenizer."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -121,10 +122,23 @@ def test_a_rollout_in_the_models_format_weighs_only_what_the_model_wrote(qwen_to
     assert "12" in decode(cut.ids) and answer_text(cut, decode) == ""  # a tool's cut result is never scored
 
 
+def test_the_cap_counts_calls_within_a_turn(qwen_tok):
+    """The model's format may hold several calls in one turn: those past the cap are answered with an error, and
+    the turn after the last one allowed is the answer, not read for calls."""
+    tok, tools = qwen_tok, rloo_kit.tools.as_tools([calculator])
+    syntax, (decode, encode) = TemplateSyntax(tok), text_codec(tok)
+    two = QWEN_CALL.replace("<|im_end|>", "\n" + QWEN_CALL)
+    again = _ids(tok, QWEN_CALL)
+    (r,) = roll_out(lambda rows, begun: [again for _ in rows], [_ids(tok, two)], decode, encode, tools, max_calls=1,
+                    max_length=400, syntax=syntax)
+    assert (r.calls, r.valid) == (2, 1) and "at most 1 tool calls" in decode(r.ids)
+    assert r.ids[-len(again):] == again  # the turn after the last call allowed is kept as written, never run
+
+
 def test_worked_examples_are_written_in_the_models_format(qwen_tok):
     task = with_tools(rloo_kit.load_task("products", n_train=40, n_test=4), [calculator], tokenizer=qwen_tok)
     shown = worked_examples(task, task.tools[0], n=3, tokenizer=qwen_tok)
-    assert shown["tools"][0][0]["function"]["name"] == "calculator"
+    assert json.loads(shown["tools"][0])[0]["function"]["name"] == "calculator"  # as JSON: TRL reads it so
     call, result, reply = shown[0]["completion"]
     a, op, b = shown[0]["prompt"][-1]["content"].removeprefix("What is ").rstrip("?").split()
     assert call["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": f"{a} {op} {b}"}}
@@ -151,8 +165,9 @@ def test_training_evaluation_and_warm_start_run_in_the_models_format(tiny_model_
         max_completion_length=200)  # the tiny tokenizer spends a token a byte
     trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path / "rl"), max_steps=1,
                                      per_device_train_batch_size=4, num_generations=2, save_strategy="no",
-                                     live=False, seed=3, beta=0.1)
+                                     live=False, seed=3, beta=0.1, chat_template_kwargs={"enable_thinking": False})
     assert trainer.kit_tool_format == "template" and trainer.args.chat_template_kwargs["tools"]
+    assert trainer.args.chat_template_kwargs["enable_thinking"] is False  # asked for beside the template's tools
     assert "tool_rollouts" in trainer.rloo_kit_patches
     trainer._generate_single_turn = single_turn  # the model, scripted: what the rollout samples its turns with
     out = trainer._generate_and_score_completions([task.train[i] for i in range(2) for _ in range(2)])

@@ -257,6 +257,7 @@ def test_a_run_with_tools_through_the_command(tiny_model_dir, tmp_path, capsys):
                            "--max-completion-length", "16", steps=2)) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert "tool_rollouts" in m["config"]["patches"]
+    assert m["config"]["tool_format"] == "kit"  # the tiny model's template, as SmolLM2's, has no tool messages
     assert m["before"]["tools/call_rate"] == 0.0 and "tools/call_rate" in m["after"]
     assert f"{tools}:add" in (out / "recipe.yaml").read_text()  # the recipe runs it again with its tool
     assert "| tool calls 0.00 |" in capsys.readouterr().out  # each step's line shows the call rate

@@ -47,19 +47,17 @@ def roll_out(generate: Callable[[list[int], list[list[int]]], list[list[int]]], 
     for _ in range(max_calls):
         waiting = []
         for i, r in enumerate(rollouts):
-            if r.done:
-                continue
-            read = syntax.read_turn(r.ids[r.turn_start:], decode, tools)
-            if read is None:
+            read = None if r.done or r.calls >= max_calls else syntax.read_turn(r.ids[r.turn_start:], decode, tools)
+            if read is None:  # an answer, or the turn after the last call allowed: the rollout is finished
                 r.done = True
                 continue
             calls, keep = read
-            calls = calls[:max_calls - r.calls]  # the cap counts calls, not turns
             cut = r.turn_start + keep
             del r.ids[cut:], r.weights[cut:]  # what the model wrote after the call is not kept: the result follows
             results = []
-            for call in calls:
-                result, ok = run_call(call, tools)
+            for call in calls:  # the cap counts calls, not turns: one turn of the model's format may hold several
+                result, ok = run_call(call, tools) if r.calls < max_calls else (
+                    f"error: at most {max_calls} tool calls; answer now", False)
                 r.calls, r.valid = r.calls + 1, r.valid + ok
                 results.append((call, result))
             r.add(syntax.result_ids(results, encode), 0, max_length - len(r.ids))

@@ -70,7 +70,7 @@ class TemplateSyntax:
         return prompt  # the template renders the tools from `template_kwargs`
 
     def template_kwargs(self, tools: Sequence[Tool]) -> dict:
-        return {"tools": [t.schema for t in tools]}
+        return template_kwargs(tools)
 
     def read_turn(self, turn: list[int], decode: Decode, tools: Sequence[Tool]) -> tuple[list[Call], int] | None:
         """The calls of a turn (the model's format ends the turn with them), all of its tokens kept; None when it
@@ -114,6 +114,12 @@ class TemplateSyntax:
 
 
 KIT = KitSyntax()
+
+
+def template_kwargs(tools: Sequence[Tool]) -> dict:
+    """What a chat template that renders tools takes (`apply_chat_template(..., tools=)`, RLOOConfig's
+    `chat_template_kwargs`): the tools' JSON schemas."""
+    return {"tools": [t.schema for t in tools]}
 
 
 def tell_prompt(prompt, text: str):

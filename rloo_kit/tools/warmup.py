@@ -8,6 +8,7 @@ learns when a call pays. The examples come from the task's own training rows, th
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from datasets import Dataset
 
 from ..errors import ConfigError
 from .protocol import CALL_CLOSE, CALL_OPEN, Tool, find_call, run_call
+from .syntax import template_kwargs
 
 log = logging.getLogger("rloo_kit")
 
@@ -55,12 +57,14 @@ def worked_examples(task, tool: Tool, n: int = WARM_EXAMPLES,
     `demonstrate(question) -> call text` (default: the tool's own `demonstrate`) picks the call; rows it returns
     None for, or whose call does not give the row's answer, are left out."""
     from ..rewards import accepted_answers, is_correct
+    from . import in_model_format
     from .syntax import syntax_for
 
     demonstrate = demonstrate or getattr(tool.fn, "demonstrate", None)
     if demonstrate is None:
         raise ValueError(f"Tool '{tool.name}' has no demonstrate(question) -> call: pass demonstrate= to say which "
                          "call answers a training question.")
+    task = in_model_format(task, tokenizer) if tokenizer is not None else task
     syntax = syntax_for(task.tool_format, tokenizer)
     params = list(tool.schema["function"].get("parameters", {}).get("properties", {}))
     prompts, completions = [], []
@@ -83,8 +87,8 @@ def worked_examples(task, tool: Tool, n: int = WARM_EXAMPLES,
     if not prompts:
         raise ValueError(f"No training row of task '{task.name}' has a call of '{tool.name}' that gives its answer.")
     columns = {"prompt": prompts, "completion": completions}
-    if syntax.template_kwargs(task.tools):  # the chat template renders the tools in each example's prompt
-        columns["tools"] = [[t.schema for t in task.tools]] * len(prompts)
+    if syntax.template_kwargs(task.tools):  # the chat template renders the tools in each example's prompt; as
+        columns["tools"] = [json.dumps(template_kwargs(task.tools)["tools"])] * len(prompts)  # JSON, which TRL reads
     return Dataset.from_dict(columns)
 
 
