@@ -16,7 +16,7 @@ excludes 0 and costs no task more than one held-out prompt on average.
     .venv/bin/python benchmarks/sample_efficiency.py [--tasks demo word_sums] [--seeds 0 1 2 3 4] [--minutes 3]
         [--arms plain pool double] [--reuse]
 
-Writes benchmarks/results/sample-efficiency.{json,md}; runs live in runs/bench-efficiency/.
+Writes benchmarks/results/sample-efficiency.{json,md} (`--name` another); runs live in runs/bench-efficiency/.
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
+    ap.add_argument("--name", default="sample-efficiency", help="results/<name>.{json,md}: one name per budget")
     ap.add_argument("--reuse", action="store_true",
                     help="read the finished runs already in runs/bench-efficiency; train only those missing")
     args = ap.parse_args()
@@ -114,7 +115,7 @@ def main() -> None:
              "[bootstrap 95%], sign test | steps | groups with spread / min |", "|---|---|---|---|---|---|---|---|"]
     table += [row(runs, task, arm) for task in args.tasks for arm in args.arms]
     result = {**stamp(), "minutes": args.minutes, "runs": runs}
-    write("sample-efficiency", result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
+    write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
 
 
 if __name__ == "__main__":

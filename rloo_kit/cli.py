@@ -301,30 +301,33 @@ RM_FLAGS = {"learning_rate": float, "num_train_epochs": float, "eval_fraction": 
             "lora_r": int, "per_device_train_batch_size": int}  # flags that set a RewardModelPreset field
 
 
+FILE_DEFAULTS = {"prompt_column": "prompt", "answer_column": "answer", "encoding": "utf-8"}  # a task file's
+
+
 def cmd_eval(args) -> int:
     import pandas as pd
 
     from .evaluation import compare, paired_change
     from .models import adapter_base_model, load_adapter, load_model
     from .pipeline import trained_settings
-    from .recipes import RECIPE_FILE, trained_task
+    from .recipes import RECIPE_FILE, eval_task_options
     from .tasks import load_task
 
     base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
-    recorded = {} if args.task else trained_task(args.adapter)  # the task it trained on, and its held-out split
-    for key, value in recorded.items():
-        if key != "n_test" or args.n_test is None:
-            setattr(args, key, value)
-    if recorded:
-        print(f"task: {args.task}{f' {args.path}' if args.path else ''}, as trained "
-              f"({Path(args.adapter).parent / RECIPE_FILE}; --task evaluates another)")
-    task = load_task(args.task or "arithmetic", path=args.path, n_test=args.n_test, seed=recorded.get("seed", 0),
-                     prompt_column=args.prompt_column, answer_column=args.answer_column,
-                     system_prompt=args.system_prompt, encoding=args.encoding)
-    if args.tools:
+    given = {k: getattr(args, k) for k in ("path", "prompt_column", "answer_column", "system_prompt", "encoding",
+                                           "tools")}
+    given = {k: v for k, v in given.items() if v != FILE_DEFAULTS.get(k)}  # a flag left as it was asks nothing
+    options = eval_task_options(args.adapter, task=args.task, n_test=args.n_test, **given)
+    tools = options.pop("tools", None)
+    recipe = Path(args.adapter).parent / RECIPE_FILE
+    if not args.task and recipe.is_file():  # the task it trained on, and its held-out split
+        path = options.get("path")
+        print(f"task: {options['name']}{f' {path}' if path else ''}, as trained ({recipe}; --task evaluates another)")
+    task = load_task(**options)
+    if tools:
         from .tools import load_tools, with_tools
 
-        task = with_tools(task, load_tools(args.tools))
+        task = with_tools(task, load_tools(tools))
     trained = trained_settings(args.adapter)
     length = args.max_new_tokens or trained.get("max_completion_length")
     task = task.replace(max_completion_length=length) if length else task.for_preset(args.preset or "auto")
@@ -449,13 +452,13 @@ def _task_args(sp, auto: bool = True) -> None:
                     "default: the task the adapter was trained on, with its file, columns and held-out split (the "
                     "recipe.yaml beside it), else arithmetic; file: your own (see below)")
     sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
-    sp.add_argument("--prompt-column", default="prompt", help="the file's question column")
-    sp.add_argument("--answer-column", default="answer", help="the file's answer column")
+    sp.add_argument("--prompt-column", default=FILE_DEFAULTS["prompt_column"], help="the file's question column")
+    sp.add_argument("--answer-column", default=FILE_DEFAULTS["answer_column"], help="the file's answer column")
     sp.add_argument("--n-test", type=int, default=None,
                     help="held-out prompts for accuracy before/after (default: 50, or a fifth of a smaller file)")
     sp.add_argument("--system-prompt", help="a system message put before every prompt that has none of its own")
-    sp.add_argument("--encoding", default="utf-8", help="the task file's text encoding (default utf-8; a "
-                    "byte-order mark is fine)")
+    sp.add_argument("--encoding", default=FILE_DEFAULTS["encoding"],
+                    help="the task file's text encoding (default utf-8; a byte-order mark is fine)")
     sp.add_argument("--preset", default="auto", help=f"auto (from the hardware) or one of: {', '.join(PRESETS)}")
     sp.add_argument("--tools", nargs="+", metavar="TOOL", help="tools the model may call in its answers, as "
                     "<tool>name(arguments)</tool>, each result coming back in the completion: a built-in "

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .distributed import is_main_process
 from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
+from .models import attach_lora
 from .pool import PromptPool
 from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
 from .tasks import RunPlan, Task
@@ -34,6 +35,7 @@ BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --
 AFTER = "evaluation_after.json"  # the adapter's held-out answers, to read beside them
 FIT = "fit.json"  # the length (and brevity) and temperature the pre-flight chose, which --resume trains again
 WARM_DIR = "warmup"  # inside output_dir: the tool warm-start's SFT run
+WARMED = "adapter"  # inside WARM_DIR: the warmed adapter, a resumed run's reference
 SAMPLED = 2  # completions per held-out prompt sampled at the training temperature, beside the greedy answer
 
 
@@ -181,12 +183,25 @@ class Run:
         self.model = warm_start(self.model, self.tokenizer, shown, output_dir=str(self.out / WARM_DIR),
                                 preset=self.plan.preset, epochs=epochs, seed=self.seed)
         self.report.warm_up = {"examples": len(shown), "epochs": epochs, "tool": tool.name}
+        if is_main_process():  # what a resumed run's reference is (`refit`)
+            self.model.save_pretrained(str(self.out / WARM_DIR / WARMED))
+            (self.out / WARM_DIR / WARMED / "warm_up.json").write_text(json.dumps(self.report.warm_up))
 
     def refit(self) -> None:
-        """A resumed run trains the setup its first attempt's pre-flight chose (recorded in fit.json)."""
+        """A resumed run trains the setup its first attempt chose: the pre-flight's (recorded in fit.json), and
+        a warm-up's adapter as the model RLOO keeps near (TRL copies the adapter it finds into its reference; the
+        checkpoint then restores the trained one over it)."""
         saved = self.out / FIT
         if saved.is_file():
             self.task = refit(self.task, **json.loads(saved.read_text()))
+        warmed = self.out / WARM_DIR / WARMED
+        if (warmed / "adapter_config.json").is_file():
+            from peft import load_peft_weights, set_peft_model_state_dict
+
+            if not hasattr(self.model, "peft_config"):
+                self.model = attach_lora(self.model, preset=self.plan.preset, seed=self.seed)
+            set_peft_model_state_dict(self.model, load_peft_weights(str(warmed)))
+            self.report.warm_up = json.loads((warmed / "warm_up.json").read_text())
 
     def build_trainer(self, **kwargs):
         """The trainer, with the task's length fixed (its own, the pre-flight's, or the preset's)."""
@@ -348,13 +363,16 @@ def run(plan: RunPlan, task: Task, model: PreTrainedModel | PeftModel, tokenizer
     return r.report
 
 
+def run_metrics(adapter: str | Path) -> dict:
+    """The metrics.json of the run that wrote `adapter` (beside it); {} where there is none."""
+    metrics = Path(adapter).parent / METRICS
+    return json.loads(metrics.read_text()) if metrics.is_file() else {}
+
+
 def trained_settings(adapter: str | Path) -> dict:
     """What the run that wrote `adapter` trained with, from the metrics.json beside it: its completion length
     and sampling temperature, to evaluate as it trained ({} when there is none)."""
-    metrics = Path(adapter).parent / METRICS
-    if not metrics.is_file():
-        return {}
-    recorded = json.loads(metrics.read_text())
+    recorded = run_metrics(adapter)
     out = {"max_completion_length": recorded.get("max_completion_length")}
     if (recorded.get("config") or {}).get("temperature") is not None:
         out["temperature"] = recorded["config"]["temperature"]

@@ -61,6 +61,18 @@ def trained_task(adapter: str | Path) -> dict:
     return {k: v for k, v in read_recipe(recipe).items() if k in TASK_KEYS and v is not None}
 
 
+def eval_task_options(adapter: str | Path, *, task: str | None = None, n_test: int | None = None,
+                      **given: object) -> dict:
+    """`tasks.load_task`'s arguments to evaluate `adapter`: a task given is evaluated as given; with none, the task
+    it trained on (`trained_task`), its file, columns and held-out split, `n_test` and the options in `given`
+    (path, prompt_column, ...) winning where they are not None. Also the recorded `tools`, under that key."""
+    recorded = {} if task else trained_task(adapter)
+    options = {k: v for k, v in recorded.items() if k not in ("task", "n_test", "seed")}
+    options.update({k: v for k, v in given.items() if v is not None})
+    return {"name": task or recorded.get("task") or "arithmetic", "seed": recorded.get("seed", 0),
+            "n_test": n_test if n_test is not None else recorded.get("n_test"), **options}
+
+
 def _beside(value: str, folder: Path) -> str:
     """A relative path as the recipe means it: beside the recipe, unless it exists from here."""
     p = Path(value).expanduser()

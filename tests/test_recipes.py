@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import rloo_kit.cli as cli
-from rloo_kit.recipes import apply_recipe, read_recipe, trained_task
+from rloo_kit.recipes import apply_recipe, eval_task_options, read_recipe, trained_task
 
 from .conftest import REPO
 
@@ -139,3 +139,11 @@ def test_an_adapter_brings_the_task_and_held_out_split_it_was_trained_on(tmp_pat
     assert trained_task(run / "adapter") == {"task": "file", "path": str(data), "prompt_column": "question",
                                              "answer_column": "reply", "n_test": 5, "seed": 3}
     assert trained_task(tmp_path / "elsewhere" / "adapter") == {}
+    # as eval and export --verify load it: the recorded options, those given winning; a task given is evaluated
+    # as given, on the default split
+    assert eval_task_options(run / "adapter") == {"name": "file", "path": str(data), "prompt_column": "question",
+                                                 "answer_column": "reply", "n_test": 5, "seed": 3}
+    moved = eval_task_options(run / "adapter", path="here/mine.jsonl", n_test=2, encoding=None)
+    assert (moved["path"], moved["n_test"], moved["seed"], moved["prompt_column"]) == ("here/mine.jsonl", 2, 3,
+                                                                                       "question")
+    assert eval_task_options(run / "adapter", task="arithmetic") == {"name": "arithmetic", "seed": 0, "n_test": None}

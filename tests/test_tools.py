@@ -320,3 +320,35 @@ def test_a_warm_start_takes_the_same_steps_whatever_trainer_defaults_unsloth_set
         warm_start(None, None, worked_examples(task, task.tools[0], n=4), output_dir=str(tmp_path), preset="cpu")
     (args,) = built
     assert (args.gradient_accumulation_steps, args.warmup_steps, args.weight_decay) == (1, 0, 0.0)
+
+
+@pytest.mark.heavy
+def test_a_resumed_warmed_run_keeps_the_warmed_model_as_its_reference(tiny_model_dir, tmp_path):
+    """RLOO keeps a warmed model near the warmed model, not the base: a resumed run restores the warm-up's adapter
+    before TRL copies it into its reference (the checkpoint then restores the trained adapter over it)."""
+    from peft import load_peft_weights
+
+    from rloo_kit.cli import main
+    from rloo_kit.pipeline import Run
+    from rloo_kit.tasks import plan_run
+
+    from .helpers import train_args
+
+    out, tools = tmp_path / "run", tmp_path / "t.py"  # terse: the tiny model's tokens are single bytes
+    tools.write_text('import re\n\n\ndef add(a: int, b: int) -> int:\n    """Sum.\n\n    Args:\n        a: a\n'
+                     '        b: b\n    """\n    return a + b\n\n\ndef shown(question):\n'
+                     '    found = re.search(r"(\\d+) \\+ (\\d+)", question)\n'
+                     '    return found and f"add({found[1]}, {found[2]})"\n\n\nadd.demonstrate = shown\n')
+    assert main(train_args(tiny_model_dir, out, "--task", "products", "--tools", f"{tools}:add", "--tool-warm-start",
+                           "4", "--preflight-prompts", "2", "--max-completion-length", "16", "--force", steps=1)) == 0
+    warmed = load_peft_weights(str(out / "warmup" / "adapter"))
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    (add_tool,) = rloo_kit.tools.load_tools([f"{tools}:add"])
+    task = with_tools(rloo_kit.load_task("products", n_test=4), [add_tool]).replace(max_completion_length=16)
+    run = Run(plan_run(str(tiny_model_dir), "products", "cpu"), task, rloo_kit.attach_lora(model, preset="cpu"), tok,
+              output_dir=out, per_device_train_batch_size=4, num_generations=2, save_strategy="no")
+    run.refit()
+    ref = {n.replace(".ref.", "."): p for n, p in run.build_trainer().model.named_parameters() if ".ref." in n}
+    assert ref and ref.keys() == warmed.keys() and any(w.abs().sum() > 0 for k, w in warmed.items() if "lora_B" in k)
+    assert all(torch.equal(ref[k].detach().cpu(), warmed[k].to(ref[k].dtype)) for k in ref)
+    assert run.report.warm_up["examples"] == 4

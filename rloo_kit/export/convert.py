@@ -607,21 +607,22 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
         A GGUFCheck: accuracy in llama.cpp and in PyTorch, how many replies are the same text, and the accuracy
         training recorded (when `task` is None).
     """
-    from ..recipes import trained_task
+    from ..pipeline import run_metrics
+    from ..recipes import eval_task_options, trained_task
     from ..rewards import is_correct
     from ..tasks import load_task
     from . import llama_cpp
 
-    metrics = _train_metrics(adapter)
-    recorded = {} if task else trained_task(adapter)  # the task it trained on, and its held-out split
-    task_name, path = task or recorded.get("task") or metrics.get("task") or "arithmetic", path or recorded.get("path")
-    if task_name == "file" and not path:
+    metrics = run_metrics(adapter)
+    older = None if task or trained_task(adapter) else metrics.get("task")  # a run from before recipes were kept
+    options = eval_task_options(adapter, task=task or older, n_test=n_test, path=path)
+    options.pop("tools", None)  # llama.cpp answers without the kit's tool loop
+    task_name = options["name"]
+    if task_name == "file" and not options.get("path"):
         raise ExportError("The adapter was trained on a file task: pass its file with --path (path=...).")
     if not llama_cpp.available():
         raise ExportError(f"No llama.cpp runtime to verify with: {llama_cpp.INSTALL_HINT}.")
-    columns = {k: recorded[k] for k in ("prompt_column", "answer_column", "system_prompt", "encoding") if k in recorded}
-    t = load_task(task_name, path=path, n_test=n_test or recorded.get("n_test"), seed=recorded.get("seed", 0),
-                  **columns)
+    t = load_task(**options)
     length = max_new_tokens or metrics.get("max_completion_length") or t.max_completion_length or 64
     t = t.replace(max_completion_length=length)
     _, source, _ = base_config(adapter, model)
@@ -641,6 +642,3 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
                      metrics.get("accuracy_after") if task is None else None)
 
 
-def _train_metrics(adapter: str | Path) -> dict:
-    file = Path(adapter).parent / "metrics.json"
-    return json.loads(file.read_text()) if file.is_file() else {}
