@@ -640,5 +640,3 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
     same = sum(r == row["completion"] for r, row in zip(replies, torch_report.completions, strict=True))
     return GGUFCheck(task_name, len(prompts), length, torch_report.accuracy, accuracy, same,
                      metrics.get("accuracy_after") if task is None else None)
-
-

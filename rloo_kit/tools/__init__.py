@@ -26,6 +26,7 @@ TOOL_COMPLETION_LENGTH = 48  # tokens for a call, its result and a short answer 
 # the same in a model's own format, whose call is JSON and whose result is a tool message and a new turn: the
 # products task's worked example is 72 tokens in Qwen2.5's format (35 in the kit's) on SmolLM2's tokenizer
 TEMPLATE_TOOL_COMPLETION_LENGTH = 96
+SPLITS = ("train", "test", "validation")  # a Task's datasets, each told its tools
 
 
 def load_tools(specs: Sequence[str]) -> list[Tool]:
@@ -69,7 +70,7 @@ def with_tools(data, tools: Sequence[Callable | Tool], example: str | None = Non
         task = data.replace(tools=tuple(tools), max_completion_length=data.max_completion_length or (
             TEMPLATE_TOOL_COMPLETION_LENGTH if own else TOOL_COMPLETION_LENGTH))
         return _retold(task, TemplateSyntax(tokenizer) if own else KIT, example)
-    return _told(data, KIT, tools, example)
+    return _told(data, tools, example)
 
 
 def in_model_format(task, tokenizer):
@@ -78,22 +79,26 @@ def in_model_format(task, tokenizer):
     the model was loaded runs in the model's format."""
     if not task.tools or task.tool_format != KIT.name or not _chat(task.train) or not has_own_tool_format(tokenizer):
         return task
-    untold = task.replace(**{split: _untold(getattr(task, split)) for split in ("train", "test", "validation")})
+    untold = task.replace(**{split: _untold(getattr(task, split)) for split in SPLITS})
     if task.max_completion_length == TOOL_COMPLETION_LENGTH:  # the kit syntax's room, which the format outgrows
         untold = untold.replace(max_completion_length=TEMPLATE_TOOL_COMPLETION_LENGTH)
     return _retold(untold, TemplateSyntax(tokenizer))
 
 
 def _retold(task, syntax, example: str | None = None):
-    splits = {split: _told(getattr(task, split), syntax, task.tools, example) for split in ("train", "test",
-                                                                                           "validation")}
-    return task.replace(**splits, tool_format=syntax.name)
+    """`task` told its tools in `syntax`: the kit's instructions in its prompts, or (the model's own format) its
+    prompts as they are, the template rendering the tools."""
+    if syntax is not KIT:
+        return task.replace(tool_format=syntax.name)
+    return task.replace(**{split: _told(getattr(task, split), task.tools, example) for split in SPLITS},
+                        tool_format=KIT.name)
 
 
-def _told(dataset, syntax, tools, example):
-    if dataset is None or syntax.name != KIT.name:  # the model's own format: the template tells the tools
-        return dataset
-    return dataset.map(lambda row: {"prompt": syntax.tell(row["prompt"], tools, example)})
+def _told(dataset, tools, example: str | None):
+    if dataset is None:
+        return None
+    text = instructions(tools, example)
+    return dataset.map(lambda row: {"prompt": tell_prompt(row["prompt"], text)})
 
 
 def _untold(dataset):

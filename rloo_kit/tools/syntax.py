@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-from .protocol import CALL_CLOSE, CALL_OPEN, Call, Tool, find_call, instructions, result_text
+from .protocol import CALL_CLOSE, CALL_OPEN, Call, Tool, find_call, result_text
 
 Decode = Callable[[list[int]], str]
 Encode = Callable[[str], list[int]]
@@ -29,9 +29,6 @@ class KitSyntax:
     """The kit's own: `<tool>name(arguments)</tool>` then `<result>...</result>`, in one assistant turn."""
 
     name = "kit"
-
-    def tell(self, prompt, tools: Sequence[Tool], example: str | None = None):
-        return tell_prompt(prompt, instructions(tools, example))
 
     def template_kwargs(self, tools: Sequence[Tool]) -> dict:
         return {}
@@ -66,11 +63,8 @@ class TemplateSyntax:
         fields = (getattr(tokenizer, "response_template", None) or {}).get("fields", {}).get("tool_calls", {})
         self._opener = re.compile(fields.get("open_pattern") or re.escape(fields.get("open") or "\0"))
 
-    def tell(self, prompt, tools: Sequence[Tool], example: str | None = None):
-        return prompt  # the template renders the tools from `template_kwargs`
-
     def template_kwargs(self, tools: Sequence[Tool]) -> dict:
-        return template_kwargs(tools)
+        return template_kwargs(tools)  # the template renders the tools; the prompts stay as they are
 
     def read_turn(self, turn: list[int], decode: Decode, tools: Sequence[Tool]) -> tuple[list[Call], int] | None:
         """The calls of a turn (the model's format ends the turn with them), all of its tokens kept; None when it
@@ -157,9 +151,12 @@ def has_own_tool_format(tokenizer) -> bool:
     if not isinstance(getattr(tokenizer, "chat_template", None), str):
         return False
     try:
-        return supports_tool_calling(tokenizer) and bool(TemplateSyntax(tokenizer))
-    except (ValueError, TypeError, KeyError):  # a template TRL has no response parser for
+        if not supports_tool_calling(tokenizer):
+            return False
+        TemplateSyntax(tokenizer)  # raises where TRL has no parser for the template's replies
+    except (ValueError, TypeError, KeyError):
         return False
+    return True
 
 
 def syntax_for(name: str, tokenizer=None) -> KitSyntax | TemplateSyntax:
