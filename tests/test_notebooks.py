@@ -109,7 +109,7 @@ def test_01_train(trained, default_model_dir):
 @slow
 def test_02_troubleshooting(tmp_path, default_model_dir):
     _, m = run_once("02_troubleshooting", tmp_path)
-    assert m["steps"] == 4 and set(m["results"]) == {"high_variance", "kl_explosion", "reward_collapse"}
+    assert m["steps"] == 3 and set(m["results"]) == {"high_variance", "kl_explosion", "reward_collapse"}
     collapse = m["results"]["reward_collapse"]
     assert "reward_collapse" in collapse["bad"]  # a bare-number reward: never earned
     assert "reward_collapse" not in collapse["fixed"]
