@@ -168,6 +168,10 @@ def test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results(tiny_model
     for logps in captured:
         assert logps[weights == 0].eq(0).all() and logps[(weights == 1) & (mask == 1)].ne(0).all()
     assert all(c == [{"role": "assistant", "content": "So 5."}] for c in seen[0])  # the last message only
+    logged = trainer._metrics["train"]  # the whole rollouts' lengths, not the first turn's; each ended
+    first_turn = len(tok("<tool>add(2, 3)</tool>", add_special_tokens=False)["input_ids"]) + 1
+    assert logged["completions/mean_length"][-1] == mask.sum(1).float().mean().item() > first_turn
+    assert logged["completions/clipped_ratio"][-1] == 0.0
     captured.clear()
     trainer.compute_loss(trainer.model, out)
     assert captured and captured[-1][weights == 0].eq(0).all() and captured[-1].requires_grad

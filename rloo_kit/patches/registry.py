@@ -135,9 +135,11 @@ PATCHES: tuple[Patch, ...] = (
           asked_by="prompt_pool"),
     Patch("tool_rollouts", "rollouts that call tools (`rloo_kit.tools`): after TRL's first turn each call is run and "
           "sampling goes on; a tool's tokens weigh 0 in the old log-probs, the KL and the loss (four of RLOOTrainer's "
-          "private methods rebound on the instance, the log-prob pass outermost)",
+          "private methods rebound on the instance, the log-prob pass outermost); the step's length figures are "
+          "the whole rollouts'",
           targets=(f"{RLOO}._generate", f"{RLOO}._generate_single_turn", f"{RLOO}._generate_and_score_completions",
-                   f"{RLOO}._compute_loss", f"{RLOO}._get_per_token_logps_and_entropies", f"{RLOO}()._metrics"),
+                   f"{RLOO}._compute_loss", f"{RLOO}._get_per_token_logps_and_entropies", f"{RLOO}()._metrics",
+                   f"{RLOO}()._tokenizer"),
           tested=TRL, tests=("tests/test_tools.py::test_without_calls_a_step_is_trls_step",
                              "tests/test_tools.py::test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results"),
           apply="rloo_kit.patches.tool_rollouts:use_tool_rollouts", devices=None, when="tools given",

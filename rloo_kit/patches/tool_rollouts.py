@@ -2,7 +2,8 @@
 its private methods on the one trainer that was given tools (`trainer.kit_tools`):
 
 - `_generate`: after TRL's first turn, `tools.rollout.roll_out` runs the calls and samples on through
-  `_generate_single_turn` (the kit's CPU sampler where it applies); the rewards read the last message;
+  `_generate_single_turn` (the kit's CPU sampler where it applies); the rewards read the last message; the
+  lengths TRL logged for the first turn are replaced by the whole rollouts';
 - `_generate_and_score_completions`: the batch carries `tool_weights` (0 on a tool's tokens, 1 elsewhere), which
   TRL's shuffling and splitting carry with every other tensor;
 - `_get_per_token_logps_and_entropies` (outermost, after the kit's own rebinding of it): each token's log-prob and
@@ -55,6 +56,7 @@ def use_tool_rollouts(trainer) -> bool:
         for key, value in summary(rollouts).items():
             if value is not None:  # no call to judge: left out of the step's mean
                 metrics[key].append(value)
+        _log_whole_lengths(self, [r.ids for r in rollouts], metrics)
         return prompt_ids, [r.ids for r in rollouts], (
             [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts)
 
@@ -85,6 +87,22 @@ def use_tool_rollouts(trainer) -> bool:
                      ("_compute_loss", compute_loss), ("_get_per_token_logps_and_entropies", per_token_logps)):
         setattr(trainer, name, types.MethodType(fn, trainer))
     return True
+
+
+def _log_whole_lengths(trainer, completions: list[list[int]], metrics: dict[str, list[float]]) -> None:
+    """TRL's `_generate` logged the first turn's lengths; the step's length figures (the step line's length and
+    clipped, the health monitor's truncation) are made the whole rollouts' instead, by TRL's rules: gathered over
+    processes, cut where the last token is neither an end-of-sequence nor padding."""
+    device, gather = trainer.accelerator.device, trainer.accelerator.gather
+    ends = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    lengths = gather(torch.tensor([len(ids) for ids in completions], device=device)).float()
+    cut = gather(torch.tensor([not ids or ids[-1] not in ends for ids in completions], device=device))
+    ended = lengths[~cut] if bool((~cut).any()) else torch.zeros(1, device=device)
+    for key, value in (("mean_length", lengths.mean()), ("min_length", lengths.min()),
+                       ("max_length", lengths.max()), ("clipped_ratio", cut.float().mean()),
+                       ("mean_terminated_length", ended.mean()), ("min_terminated_length", ended.min()),
+                       ("max_terminated_length", ended.max())):
+        metrics[f"completions/{key}"][-1] = value.item()
 
 
 def _padded(rows: list[list[int]] | None, width: int, device) -> torch.Tensor | None:
