@@ -752,6 +752,9 @@ def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
     longer = min(report.suggested_max_completion_length, max(length, report.probe_length))
     fixes = ([f"raise max_completion_length {length} -> {longer} (for a file task the kit does)"]
              if longer > length else [])
+    if report.tools is not None and longer <= length:  # rollouts with tools are judged at their own length only
+        fixes = [f"raise max_completion_length {length} -> {2 * length} (a rollout holds its calls, their results "
+                 "and the answer; the pre-flight does not sample rollouts with tools any longer than asked)"]
     fixes.append("ask for a short answer in the prompt")
     if "brevity" not in names:
         fixes.append("add rloo_kit.rewards.brevity() with a small weight")

@@ -192,6 +192,12 @@ def test_a_probe_still_mostly_cut_says_it_cannot_decide():
     assert r.kinds() == ["truncation"] and "cannot tell how long an answer needs: 80%" in r.problems[0].fix
 
 
+def test_cut_rollouts_with_tools_are_told_to_take_a_longer_length():
+    r = report(flat_fraction=0.9, truncation_rate=0.95, cut_without_spread=1.0, pass_rate=0.0, probe_length=16,
+               suggested_max_completion_length=16, tools={"call_rate": 0.97, "valid_call_rate": 0.99})
+    assert r.kinds() == ["truncation"] and "raise max_completion_length 16 -> 32" in r.problems[0].fix
+
+
 def test_suggested_length_and_totals():
     totals = _totals([np.array([1.0, math.nan, 0.0]), np.array([0.5, 0.5, math.nan])], [1.0, 0.2])
     assert totals.tolist() == pytest.approx([1.1, 0.1, 0.0])
