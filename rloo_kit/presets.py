@@ -91,7 +91,8 @@ class Preset:
         "that, it probes 0.5 and 0.3 and trains a task that leaves its temperature open at the one that leaves "
         "the most prompts with spread (benchmarks/results/sampling-fit.md). The GPU presets keep 1.0 as asked, "
         "where TRL's and Unsloth's RL recipes sample for 0.5B-7B models; the same pre-flight fit applies there "
-        "(on an H200 it fitted 0.5 in one demo run and kept 1.0 in another: benchmarks/results/gpu-h200.md).")
+        "(on an H200 it fitted 0.5 in one demo run and kept 1.0 in another; on an H100 it fitted 0.5 on word_sums, "
+        "as on a CPU: benchmarks/results/gpu-h200.md). Larger models are untested here.")
     optim: str = _help(
         "The optimizer: paged or 8-bit AdamW (bitsandbytes) on GPUs to keep optimizer state small; plain "
         "AdamW on the CPU, where bitsandbytes' optimizers do not run (`make_config` swaps them there).")
