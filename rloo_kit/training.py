@@ -113,26 +113,12 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool` and `rloo_kit_patches` set.
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
-    if task is not None:  # tools told in the model's own format where its chat template has one, as TRL does
-        task = in_model_format(task, tokenizer)
-    if minutes is not None:
-        if task is None or config is not None:
-            raise ConfigError("minutes= needs a Task (its validation rows choose the best step) and no config=: "
-                              "pass the task, and RLOOConfig fields as keyword arguments.")
-        task = task.carve_validation(overrides.get("seed", 0))
-        overrides = {"max_steps": BUDGET_STEPS, "lr_scheduler_type": "constant", **overrides}
+    if minutes is not None and (task is None or config is not None):
+        raise ConfigError("minutes= needs a Task (its validation rows choose the best step) and no config=: "
+                          "pass the task, and RLOOConfig fields as keyword arguments.")
     if task is not None:
+        task, overrides = _as_trained(task, tokenizer, config, minutes, overrides)
         train_dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
-        if config is None:
-            decided = task.trainer_overrides()
-            if "chat_template_kwargs" in decided:  # the template's tools, beside what was asked (enable_thinking, ...)
-                overrides["chat_template_kwargs"] = {**decided["chat_template_kwargs"],
-                                                     **(overrides.get("chat_template_kwargs") or {})}
-            overrides = {**decided, **overrides}
-        elif task.tool_format != KIT.name and not (config.chat_template_kwargs or {}).get("tools"):
-            raise ConfigError("This task's tools are told in the model's own format, which its chat template "
-                              "renders from chat_template_kwargs: put task.trainer_overrides()"
-                              "['chat_template_kwargs'] into the RLOOConfig's, or drop config=.")
     if config is not None and overrides:
         raise ConfigError(f"Pass either config= or field overrides ({', '.join(overrides)}), not both: "
                           "put the overrides into the RLOOConfig, or drop config= to build one from the preset.")
@@ -173,6 +159,28 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     if live:
         attach_live_view(trainer, monitor)
     return trainer
+
+
+def _as_trained(task: Task, tokenizer: PreTrainedTokenizerBase, config: RLOOConfig | None, minutes: float | None,
+                overrides: dict) -> tuple[Task, dict]:
+    """The task as this run trains it, and the config overrides with what the task decides beneath what was asked:
+    its tools told in the model's own format where the chat template has one (as TRL does), its validation rows
+    set apart under a time budget (which leaves max_steps open, at a constant learning rate)."""
+    task = in_model_format(task, tokenizer)
+    if minutes is not None:
+        task = task.carve_validation(overrides.get("seed", 0))
+        overrides = {"max_steps": BUDGET_STEPS, "lr_scheduler_type": "constant", **overrides}
+    if config is not None:
+        if task.tool_format != KIT.name and not (config.chat_template_kwargs or {}).get("tools"):
+            raise ConfigError("This task's tools are told in the model's own format, which its chat template "
+                              "renders from chat_template_kwargs: put task.trainer_overrides()"
+                              "['chat_template_kwargs'] into the RLOOConfig's, or drop config=.")
+        return task, overrides
+    decided = task.trainer_overrides()
+    if "chat_template_kwargs" in decided:  # the template's tools, beside what was asked (enable_thinking, ...)
+        overrides = {**overrides, "chat_template_kwargs": {**decided["chat_template_kwargs"],
+                                                           **(overrides.get("chat_template_kwargs") or {})}}
+    return task, {**decided, **overrides}
 
 
 def _learning_rate(model, preset: Preset) -> float:
