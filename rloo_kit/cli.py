@@ -227,6 +227,9 @@ def cmd_train(args) -> int:
     from .pipeline import run
     from .recipes import RECIPE_FILE, dump, recipe_of
 
+    if args.tool_warm_start and not args.tools:  # else it would be dropped without a word, after minutes of work
+        raise ConfigError(f"--tool-warm-start {args.tool_warm_start} warms a model up on its tools, and this run has "
+                          "none: add --tools (e.g. --tools calculator), or drop --tool-warm-start.")
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
     warm_start = args.tool_warm_start and args.preflight_prompts and not (args.resume or args.print_config)

@@ -72,6 +72,12 @@ def test_a_warm_start_no_tool_can_demonstrate_is_refused_before_the_model_loads(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_warm_start_without_tools_is_refused(tripwire, capsys, tmp_path, tiny_model_dir):
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--tool-warm-start", "5")
+    assert "--tool-warm-start 5" in line and "add --tools" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_utf8_byte_order_mark_is_accepted():
     import tempfile
     from pathlib import Path
