@@ -14,6 +14,7 @@ from rloo_kit.rewards import (
     guard,
     is_correct,
     normalize_text,
+    predicted_answer,
     required_columns,
     reward_model,
     safe,
@@ -159,6 +160,13 @@ def test_british_and_american_spellings_of_an_answer_are_one_answer():
     assert not is_correct("Crimson is a color, not an animal.", "colour", labels=labels)  # a hedge either way
     assert not is_correct("A pig is an animal, not a color.", "animal", labels=labels)
     assert not is_correct("It is grayish.", "grey") and not is_correct("It is four.", "for")  # whole known words only
+
+
+def test_a_label_replys_predicted_answer_is_the_one_label_it_is_scored_on():
+    labels = ["animal", "colour"]
+    assert predicted_answer("The word 'frog' is a color.", labels) == "colour"  # either spelling, the row's label
+    assert predicted_answer("It is an animal, not a colour.", labels) is None  # a hedge names no answer
+    assert predicted_answer("I cannot say.", labels) is None and predicted_answer("It is 7.", None) == "7"
 
 
 def test_lists_of_different_length_are_a_bug_not_a_score():

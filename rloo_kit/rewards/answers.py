@@ -141,9 +141,12 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
 
 def predicted_answer(completion, labels: Sequence[str] | None = None) -> str | None:
-    """The number a reply is scored on, for showing beside its gold answer: its pick among the offered
+    """The answer a reply is scored on, for showing beside its gold answer: the one label it names where the row
+    has text labels ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among the offered
     numbers of a choice question (`picked_number`), else its final number (`extract_answer`)."""
     text = completion_text(completion)
+    if labels and not offers_numbers(labels):
+        return next((label for label in labels if is_correct(text, label, labels=labels)), None)
     return picked_number(text, labels) if offers_numbers(labels) else extract_answer(text)
 
 def offers_numbers(labels: Sequence[str] | None) -> bool:
