@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from math import comb
@@ -21,7 +22,7 @@ import torch
 from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
-from .rewards import RewardFunc, is_correct, predicted_answer
+from .rewards import RewardFunc, accepted_answers, answers_match, is_correct, predicted_answer
 from .tools.syntax import syntax_for
 
 if TYPE_CHECKING:
@@ -70,6 +71,24 @@ class EvalReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def one_answer(self) -> dict | None:
+        """Where most replies give one answer whatever the prompt while it is right for far fewer (a label task's
+        model that learned a favourite label, not the task; the same number to every sum): that answer, how many
+        replies give it, and for how many of them it is right. None where the answers vary or it is mostly right."""
+        rows = [r for r in self.completions if "predicted" in r]
+        counts = Counter(r["predicted"] for r in rows if r["predicted"] is not None)
+        if len(rows) < ONE_ANSWER_MIN_ROWS or not counts:
+            return None
+        answer, given = counts.most_common(1)[0]
+        right = sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
+        if given < ONE_ANSWER_SHARE * len(rows) or right > ONE_ANSWER_RIGHT * len(rows):
+            return None
+        return {"answer": answer, "replies": len(rows), "given": given, "right": right}
+
+
+ONE_ANSWER_MIN_ROWS = 8  # fewer replies say little about a habit
+ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
+ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
 
 PROGRESS_SECONDS = 10  # seconds between two progress lines of a long generation
 

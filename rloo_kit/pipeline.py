@@ -66,6 +66,7 @@ class RunReport:
     trained: bool = False
     adapter: str | None = None
     diagnoses: list[str] = field(default_factory=list)
+    one_answer: dict | None = None  # after training, one answer given to most held-out prompts (EvalReport.one_answer)
     smoke: bool = False
 
     def to_dict(self) -> dict:
@@ -96,6 +97,10 @@ class RunReport:
             b, a = self.sampled_before, self.sampled_after or {}
             out.append(f"  sampled at temperature {b['temperature']:g} ({b['samples']} a prompt, as training samples): "
                        f"before {_fmt(b['accuracy'])} -> after {_fmt(a.get('accuracy'))}")
+        if one := self.one_answer:
+            out.append(f"  one answer to every prompt: {one['given']} of {one['replies']} held-out replies answer "
+                       f"'{one['answer']}', which is right for {one['right']} of them. The model learned a favourite "
+                       "answer, not the task; read its replies (evaluation_after.json) before training it further.")
         return out
 
 
@@ -297,6 +302,7 @@ class Run:
             (self.out / AFTER).write_text(json.dumps({**self.after.to_dict(), "sampled": self.report.sampled_after}))
         change = paired_change(self.before, self.after) if self.before else None
         self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
+        self.report.one_answer = self.after.one_answer()
         self.report.paired = None if change is None else change.to_dict()
         return self.after
 

@@ -12,7 +12,7 @@ from rloo_kit.evaluation import (
     sample_table,
 )
 from rloo_kit.patches import cpu_step
-from rloo_kit.rewards import correct_answer
+from rloo_kit.rewards import correct_answer, is_correct, predicted_answer
 
 
 @pytest.mark.parametrize("n,c,k,expected", [
@@ -121,6 +121,24 @@ def _report(correct: list[list[bool]]) -> EvalReport:
     rows = [{"prompt": f"q{i}", "completion": "", "correct": ok} for i, group in enumerate(correct) for ok in group]
     flat = [ok for group in correct for ok in group]
     return EvalReport(sum(flat) / len(flat), {}, {}, 1.0, 0.0, len(correct[0]), rows)
+
+
+def _answered(replies: list[str], golds: list[str], labels: list[str]) -> EvalReport:
+    rows = [{"prompt": f"q{i}", "completion": r, "answer": g, "predicted": predicted_answer(r, labels),
+             "correct": is_correct(r, g, labels=labels)} for i, (r, g) in enumerate(zip(replies, golds, strict=True))]
+    return EvalReport(sum(r["correct"] for r in rows) / len(rows), {}, {}, 1.0, 0.0, 1, rows)
+
+
+def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
+    labels, golds = ["animal", "colour"], ["animal", "colour"] * 6
+    favourite = _answered(["The word is a colour."] * 11 + ["It is an animal."], golds, labels)
+    assert favourite.one_answer() == {"answer": "colour", "replies": 12, "given": 11, "right": 6}
+    assert _answered([f"It is an {g}." for g in golds], golds, labels).one_answer() is None  # answers that vary
+    mostly = ["colour"] * 10 + ["animal"] * 2  # one answer, and it is the right one for most prompts
+    assert _answered(["A colour."] * 12, mostly, labels).one_answer() is None
+    assert _answered(["A colour."] * 6, golds[:6], labels).one_answer() is None  # too few replies to tell
+    same_number = _answered(["It is 7."] * 12, [str(n) for n in range(12)], None).one_answer()
+    assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}
 
 
 def test_paired_change_counts_prompts_and_tests_the_sign():

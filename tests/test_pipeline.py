@@ -36,3 +36,5 @@ def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
     assert line.startswith("Not trained") and "reward_collapse" in line and "force=True" in line and "0.17" in line
     trained = RunReport(**common, preflight={"ok": True, "problems": []}, trained=True, steps=30)
     assert trained.refusal() is None and trained.lines()[0].startswith("held-out accuracy: before 0.17")
+    habit = RunReport(**common, trained=True, one_answer={"answer": "colour", "replies": 13, "given": 12, "right": 6})
+    assert "12 of 13 held-out replies answer 'colour', which is right for 6 of them" in habit.lines()[-1]
