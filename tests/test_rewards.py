@@ -162,6 +162,16 @@ def test_british_and_american_spellings_of_an_answer_are_one_answer():
     assert not is_correct("It is grayish.", "grey") and not is_correct("It is four.", "for")  # whole known words only
 
 
+def test_a_choice_letter_is_not_the_article_a():
+    letters = ["a", "b", "c"]
+    assert not is_correct("Bus is a vehicle.", "A", labels=letters)  # the article names no choice
+    assert not is_correct("A cat is an animal.", "A", labels=letters)
+    assert is_correct("A) cat.", "A", labels=letters) and is_correct("Answer: A", "A", labels=letters)
+    assert is_correct("Plum is a fruit, so the answer is B.", "B", labels=letters)  # the article is no hedge
+    assert is_correct("I think it is C, a tool.", "C", labels=letters) and not is_correct("b", "C", labels=letters)
+    assert predicted_answer("The answer is b.", letters) == "b" and predicted_answer("It is a tool.", letters) is None
+
+
 def test_a_label_replys_predicted_answer_is_the_one_label_it_is_scored_on():
     labels = ["animal", "colour"]
     assert predicted_answer("The word 'frog' is a color.", labels) == "colour"  # either spelling, the row's label

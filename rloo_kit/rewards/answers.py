@@ -195,6 +195,8 @@ def _matches(text: str, gold: str, match: str) -> bool:
     if numeric:
         return answers_match(extract_answer(text), gold)
     wanted = normalize_text(gold)
+    if len(wanted) == 1 and wanted.isalpha():  # a choice's letter: 'B)', 'answer: b', 'b.', not the 'a' in 'a cat'
+        return re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)(?!\s+[a-z])", _answer_span(text)) is not None
     return bool(wanted) and mentions(_answer_span(text), wanted)
 
 def _answer_span(text: str) -> str:
