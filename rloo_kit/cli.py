@@ -198,6 +198,9 @@ def cmd_preflight(args) -> int:
     if args.preflight_prompts == 0:
         raise ConfigError("--preflight-prompts 0 leaves the pre-flight nothing to sample: give at least 1 "
                           "(default 32).")
+    if args.tool_warm_start:
+        raise ConfigError(f"--tool-warm-start {args.tool_warm_start}: the pre-flight judges the model as it is; "
+                          "`rloo-kit train --tools ... --tool-warm-start N` warms it up and judges it again.")
     from .pipeline import fitting_prompts, judge_run
 
     plan, task = _prepare(args)

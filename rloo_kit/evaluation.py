@@ -22,7 +22,7 @@ import torch
 from transformers import StoppingCriteria
 
 from .errors import GPUOutOfMemoryError
-from .rewards import RewardFunc, accepted_answers, answers_match, is_correct, predicted_answer
+from .rewards import RewardFunc, accepted_answers, answers_match, is_correct, parse_number, predicted_answer
 from .tools.syntax import syntax_for
 
 if TYPE_CHECKING:
@@ -76,14 +76,21 @@ class EvalReport:
         model that learned a favourite label, not the task; the same number to every sum): that answer, how many
         replies give it, and for how many of them it is right. None where the answers vary or it is mostly right."""
         rows = [r for r in self.completions if "predicted" in r]
-        counts = Counter(r["predicted"] for r in rows if r["predicted"] is not None)
+        said = [r["predicted"] for r in rows if r["predicted"] is not None]
+        counts = Counter(map(_one_value, said))  # '7', '7.0' and '$7' are one answer
         if len(rows) < ONE_ANSWER_MIN_ROWS or not counts:
             return None
-        answer, given = counts.most_common(1)[0]
+        value, given = counts.most_common(1)[0]
+        answer = next(a for a in said if _one_value(a) == value)
         right = sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
         if given < ONE_ANSWER_SHARE * len(rows) or right > ONE_ANSWER_RIGHT * len(rows):
             return None
         return {"answer": answer, "replies": len(rows), "given": given, "right": right}
+
+
+def _one_value(answer: str) -> float | str:
+    number = parse_number(answer)
+    return answer if number is None else number
 
 
 ONE_ANSWER_MIN_ROWS = 8  # fewer replies say little about a habit
@@ -315,7 +322,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
             if calls:
                 row["tool_calls"] = calls[i][s]
             if answers:
-                row.update(answer=answers[i], predicted=predicted_answer(t, labels), correct=ok[s])
+                row.update(answer=answers[i], predicted=predicted_answer(t, labels, match), correct=ok[s])
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
             rows.append(row)
     n_prompts = len(prompts)

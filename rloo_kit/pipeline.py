@@ -99,9 +99,9 @@ class RunReport:
                        f"before {_fmt(b['accuracy'])} -> after {_fmt(a.get('accuracy'))}")
         if one := self.one_answer:
             out.append(f"  one answer to every prompt: {one['given']} of {one['replies']} held-out replies answer "
-                       f"'{one['answer']}', which is right for {one['right']} of them: a favourite answer, not (yet) "
-                       "the task. Read its replies (evaluation_after.json); where the training reward was still "
-                       "rising, train longer (--minutes keeps the best validation step).")
+                       f"'{one['answer']}', the right answer for {one['right']} of the {one['replies']} prompts: a "
+                       "favourite answer, not (yet) the task. Read its replies (evaluation_after.json); where the "
+                       "training reward was still rising, train longer (--minutes keeps the best validation step).")
         return out
 
 

@@ -190,6 +190,7 @@ class PreflightReport:
     lengths: list[int] = field(default_factory=list, repr=False)  # tokens of each sample up to probe_length
     examples: list[dict] = field(default_factory=list, repr=False)  # a few prompts with their K completions
     tools: dict | None = None  # with tools: call_rate, valid_call_rate, calls of the main draw's rollouts
+    length_room: int | None = None  # the longest completion length the preset's sequences leave room to propose
 
     @property
     def trained(self) -> Setup:
@@ -349,7 +350,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
     report = PreflightReport(
         num_generations=k, temperature=config.temperature, seconds=0.0, asked=asked,
         finished_within_probe=len(ended) / max(1, k * len(rows)), probe_length=probe, needed_lengths=_needed(ended),
-        suggested_max_completion_length=suggestion, widened_from=widened_from,
+        suggested_max_completion_length=suggestion, widened_from=widened_from, length_room=limit,
         lengths=[len(s) for g in ids for s in g],
         tools=None if sample.tool_figures is None else {**sample.tool_figures, "cannot_demonstrate": [
             t.name for t in tools if not getattr(t.fn, "demonstrate", None)]},
@@ -752,8 +753,9 @@ def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
     longer = min(report.suggested_max_completion_length, max(length, report.probe_length))
     fixes = ([f"raise max_completion_length {length} -> {longer} (for a file task the kit does)"]
              if longer > length else [])
-    if report.tools is not None and longer <= length:  # rollouts with tools are judged at their own length only
-        fixes = [f"raise max_completion_length {length} -> {2 * length} (a rollout holds its calls, their results "
+    doubled = min(2 * length, report.length_room or 2 * length)
+    if report.tools is not None and longer <= length < doubled:  # rollouts with tools are judged at their length only
+        fixes = [f"raise max_completion_length {length} -> {doubled} (a rollout holds its calls, their results "
                  "and the answer; the pre-flight does not sample rollouts with tools any longer than asked)"]
     fixes.append("ask for a short answer in the prompt")
     if "brevity" not in names:

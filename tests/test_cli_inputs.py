@@ -76,6 +76,9 @@ def test_a_warm_start_without_tools_is_refused(tripwire, capsys, tmp_path, tiny_
     line = refuse(capsys, tmp_path, tiny_model_dir, "--tool-warm-start", "5")
     assert "--tool-warm-start 5" in line and "add --tools" in line
     assert not (tmp_path / "run").exists()
+    preflight = ["preflight", "--model", str(tiny_model_dir), "--tools", "calculator", "--tool-warm-start", "5"]
+    assert cli.main(preflight) == 2
+    assert "judges the model as it is" in capsys.readouterr().err  # the pre-flight warms nothing up
 
 
 def test_a_utf8_byte_order_mark_is_accepted():

@@ -137,8 +137,8 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     mostly = ["colour"] * 10 + ["animal"] * 2  # one answer, and it is the right one for most prompts
     assert _answered(["A colour."] * 12, mostly, labels).one_answer() is None
     assert _answered(["A colour."] * 6, golds[:6], labels).one_answer() is None  # too few replies to tell
-    same_number = _answered(["It is 7."] * 12, [str(n) for n in range(12)], None).one_answer()
-    assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}
+    same_number = _answered(["It is 7."] * 6 + ["It is 7.0."] * 6, [str(n) for n in range(12)], None).one_answer()
+    assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 
 
 def test_paired_change_counts_prompts_and_tests_the_sign():

@@ -196,6 +196,9 @@ def test_cut_rollouts_with_tools_are_told_to_take_a_longer_length():
     r = report(flat_fraction=0.9, truncation_rate=0.95, cut_without_spread=1.0, pass_rate=0.0, probe_length=16,
                suggested_max_completion_length=16, tools={"call_rate": 0.97, "valid_call_rate": 0.99})
     assert r.kinds() == ["truncation"] and "raise max_completion_length 16 -> 32" in r.problems[0].fix
+    roomless = report(flat_fraction=0.9, truncation_rate=0.95, cut_without_spread=1.0, pass_rate=0.0, probe_length=16,
+                      suggested_max_completion_length=16, tools={"call_rate": 0.97}, length_room=24)
+    assert "16 -> 24" in roomless.problems[0].fix  # within the room the preset's sequences leave
 
 
 def test_suggested_length_and_totals():

@@ -169,6 +169,8 @@ def test_a_choice_letter_is_not_the_article_a():
     assert is_correct("A) cat.", "A", labels=letters) and is_correct("Answer: A", "A", labels=letters)
     assert is_correct("Plum is a fruit, so the answer is B.", "B", labels=letters)  # the article is no hedge
     assert is_correct("I think it is C, a tool.", "C", labels=letters) and not is_correct("b", "C", labels=letters)
+    assert is_correct("B is correct.", "B", labels=letters)  # only A and I are also words
+    assert is_correct("The answer is a.", "A", labels=letters) and not is_correct("I see.", "I", labels=["i", "v"])
     assert predicted_answer("The answer is b.", letters) == "b" and predicted_answer("It is a tool.", letters) is None
 
 

@@ -176,6 +176,15 @@ def test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results(tiny_model
     trainer.compute_loss(trainer.model, out)
     assert captured and captured[-1][weights == 0].eq(0).all() and captured[-1].requires_grad
 
+    def answer_cut(prompt_ids, images, fields):  # the first turn ends; the answer after the result does not
+        said = [tok.decode(ids) for ids in prompt_ids]
+        return [tok(" So 5" if s.endswith("</result>") else "<tool>add(2, 3)</tool>", add_special_tokens=False)
+                ["input_ids"] + ([] if s.endswith("</result>") else [eos]) for s in said]
+
+    trainer._generate_single_turn = answer_cut
+    trainer._generate_and_score_completions(inputs)
+    assert logged["completions/clipped_ratio"][-1] == 1.0  # cut, though TRL logged its first turn as ended
+
 
 def _spy(fn, seen):
     def reward(prompts, completions, **kwargs):

@@ -140,13 +140,15 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
 
-def predicted_answer(completion, labels: Sequence[str] | None = None) -> str | None:
+def predicted_answer(completion, labels: Sequence[str] | None = None,
+                     match: str = "final") -> str | None:
     """The answer a reply is scored on, for showing beside its gold answer: the one label it names where the row
     has text labels ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among the offered
-    numbers of a choice question (`picked_number`), else its final number (`extract_answer`)."""
+    numbers of a choice question (`picked_number`), else its final number (`extract_answer`). `match` as
+    `is_correct`'s."""
     text = completion_text(completion)
     if labels and not offers_numbers(labels):
-        return next((label for label in labels if is_correct(text, label, labels=labels)), None)
+        return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
     return picked_number(text, labels) if offers_numbers(labels) else extract_answer(text)
 
 def offers_numbers(labels: Sequence[str] | None) -> bool:
@@ -195,8 +197,8 @@ def _matches(text: str, gold: str, match: str) -> bool:
     if numeric:
         return answers_match(extract_answer(text), gold)
     wanted = normalize_text(gold)
-    if len(wanted) == 1 and wanted.isalpha():  # a choice's letter: 'B)', 'answer: b', 'b.', not the 'a' in 'a cat'
-        return re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)(?!\s+[a-z])", _answer_span(text)) is not None
+    if wanted in ("a", "i"):  # a choice's letter that is also a word: 'A)', 'answer: a', not 'a cat' or 'I think'
+        return re.search(rf"(?<!\w){wanted}(?!\w)(?!\s+[a-z])", _answer_span(text)) is not None
     return bool(wanted) and mentions(_answer_span(text), wanted)
 
 def _answer_span(text: str) -> str:
