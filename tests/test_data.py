@@ -140,6 +140,19 @@ def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     assert "labels" not in load_local(str(numbers), answer_column="answer").column_names  # numbers are no labels
 
 
+def test_the_article_a_in_a_question_does_not_name_the_choice_a(tmp_path):
+    """A question with the article 'a' names no choice A: naming A beside the answer B stays a hedge."""
+    from rloo_kit.data import load_local
+    from rloo_kit.rewards import correct_answer
+
+    path = tmp_path / "letters.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"Is a whale a fish? ({i})", "answer": "AB"[i % 2]}) + "\n"
+                            for i in range(10)))
+    data = load_local(str(path), answer_column="answer")
+    assert data[1]["answer"] == "B" and data[1]["labels"] == ["a", "b"]
+    assert correct_answer([""] * 2, ["B, not A.", "B)"], answer=["B"] * 2, labels=[data[1]["labels"]] * 2) == [0.0, 1.0]
+
+
 def test_many_repeated_names_are_labels_and_a_reply_may_restate_its_questions_subject(tmp_path):
     """19 month and day names, each the answer of several rows, are a label set: a reply that names the answer
     among other names is wrong (after training on a calendar task without this rule, 5 of the 8 held-out replies

@@ -176,7 +176,8 @@ def picked_number(text: str, offered: Sequence[str]) -> str | None:
 def mentions(text: str, phrase: str) -> bool:
     """Whether `phrase` occurs in `text` as whole words, not inside a longer word ('cold' in 'It is cold.', not
     in 'coldest'), in either British or American spelling ('color' for 'colour', `spellings`). Both as given:
-    normalize them first where case or articles should not count.
+    normalize them first where case or articles should not count. The choice letters that are also words, 'a' and
+    'i', count only where no word follows them: 'a)' and 'answer: a', not the article in 'a cat' nor 'i think'.
 
     Args:
         text: where to look.
@@ -185,6 +186,8 @@ def mentions(text: str, phrase: str) -> bool:
     Returns:
         True where it occurs with no letter, digit or underscore right before or after it.
     """
+    if phrase in ("a", "i"):
+        return re.search(rf"(?<!\w){phrase}(?!\w)(?!\s+[a-z])", text) is not None
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text) is not None for p in spellings(phrase))
 
 def _matches(text: str, gold: str, match: str) -> bool:
@@ -197,8 +200,6 @@ def _matches(text: str, gold: str, match: str) -> bool:
     if numeric:
         return answers_match(extract_answer(text), gold)
     wanted = normalize_text(gold)
-    if wanted in ("a", "i"):  # a choice's letter that is also a word: 'A)', 'answer: a', not 'a cat' or 'I think'
-        return re.search(rf"(?<!\w){wanted}(?!\w)(?!\s+[a-z])", _answer_span(text)) is not None
     return bool(wanted) and mentions(_answer_span(text), wanted)
 
 def _answer_span(text: str) -> str:
