@@ -325,6 +325,8 @@ def test_01_train_live_view(lab, browser):
     assert not any("<table" in str(o.get("data", {}).get("text/html", "")) and "Training Loss" in
                    str(o.get("data", {}).get("text/html", "")) for o in outputs), "transformers' table is shown"
     page.close()
+    # the run, with the notebook's defaults, serves test_notebooks.py's checks of 01 and its adapter for 03
+    notebook_runs.record("01_train", lab.root / name, lab.root / "runs" / "train", with_defaults=True)
 
 
 def test_stop_button_stops_a_run_and_keeps_the_adapter(lab, browser):

@@ -97,14 +97,17 @@ def tiny_train(tiny_model_dir, out, path, *extra):
 
 @pytest.mark.heavy
 def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, capsys):
-    """A random model never says 'cold': the pre-flight sees no spread, and nothing is trained."""
+    """A random model never says 'cold': the pre-flight sees no spread, and nothing is trained. Its samples are noise
+    that seldom ends, so the cause named first is reward_collapse or truncation, by how often the noise happens to
+    end (the bf16 and fp32 CPU paths sample it differently)."""
     out = tmp_path / "run"
     assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path))) == 3
     captured = capsys.readouterr()
-    assert "reward_collapse" in captured.out and "Not trained" in captured.err and "--force" in captured.err
+    assert "verdict: cannot learn" in captured.out and "Not trained" in captured.err and "--force" in captured.err
     m = json.loads((out / "metrics.json").read_text())
     assert m["trained"] is False and m["steps"] == 0 and m["accuracy_after"] == m["accuracy_before"] == 0.0
-    assert m["preflight"]["problems"][0] == "reward_collapse" and not (out / "adapter").exists()
+    assert m["preflight"]["problems"][0] in ("reward_collapse", "truncation") and not m["preflight"]["ok"]
+    assert m["preflight"]["problems"][0] in captured.err and not (out / "adapter").exists()
 
 
 @pytest.mark.heavy

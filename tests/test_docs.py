@@ -108,8 +108,10 @@ def test_the_readmes_python_quickstart_runs_as_written(tiny_model_dir, tmp_path,
     """Its own file, its own reward, `rloo_kit.run` with a time budget: the only changes are the file's path, the
     machine's plan (the tiny model in place of the default one) and seconds in place of minutes."""
     (block,) = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    # four-digit answers: a random model's noise never hits one (with one-digit sums it did, on 5% of samples on the
+    # fp32 CPU path, and the pre-flight rightly let that spread train)
     rows = [{"question": f"Tom has {a} apples and gets {b} more. How many apples?", "answer": str(a + b)}
-            for a in range(2, 8) for b in range(2, 7)]
+            for a in range(1302, 1308) for b in range(2071, 2076)]
     task_file = tmp_path / "my_task.jsonl"
     task_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     plan = rloo_kit.plan_run(str(tiny_model_dir), "file", "cpu")

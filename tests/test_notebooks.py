@@ -68,11 +68,20 @@ def hub_token_in_environment():
         os.environ.pop("HF_TOKEN") if saved is None else os.environ.update(HF_TOKEN=saved)
 
 
+ONE_PROMPT = 1 / 8 + 1e-9  # of a smoke run's 8 held-out prompts
+CPU_DEFAULTS = dict(MODEL="smollm2-135m", TASK="arithmetic", PRESET="cpu")  # what "auto" resolves to on a CPU
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, default_model_dir):
-    """01_train in smoke mode on the real default model: the adapter 03 evaluates."""
+    """01_train in smoke mode on the real default model: the adapter 03 evaluates. The browser's run of it in this
+    session serves where its "auto" choices were these (a CPU); elsewhere papermill runs it."""
+    ran = notebook_runs.run_clean("01_train")
+    if ran and all(ran[1][key.lower()] == value for key, value in CPU_DEFAULTS.items()):
+        out, m = ran
+        return out, {**m, "adapter": str(out / "adapter")}  # the kernel wrote it relative to the lab's folder
     out = tmp_path_factory.mktemp("nb01")
-    return out, run("01_train", out, MODEL="smollm2-135m", TASK="arithmetic", PRESET="cpu")
+    return out, run("01_train", out, **CPU_DEFAULTS)
 
 
 @slow
@@ -91,19 +100,20 @@ def test_01_train(trained, default_model_dir):
 
     import rloo_kit
 
-    out, m = trained
+    _, m = trained
     assert m["steps"] == 2 and m["model"] == "smollm2-135m" and m["preset"] == "cpu" and m["task"] == "arithmetic"
     assert m["max_completion_length"] == 16 and m["before"]["accuracy"] == m["accuracy_before"]
     assert m["sampled_before"]["temperature"] == m["config"]["temperature"] == m["sampled_after"]["temperature"]
     model, tok = rloo_kit.load_model(default_model_dir, preset="cpu")
     task = rloo_kit.load_task("arithmetic", n_test=8, seed=0)
-    assert task.evaluate(model, tok).accuracy == m["accuracy_before"]  # greedy: the same base, the same answers
+    # greedy: the same base, the same answers; bf16 kernels flipped one of the 8 in 2 of ~35 fresh processes
+    assert abs(task.evaluate(model, tok).accuracy - m["accuracy_before"]) <= ONE_PROMPT
     pre = m["preflight"]
     assert pre["ok"] and len(pre["prompts"]) == 8 and pre["num_generations"] == 4
     assert pre["zero_spread_fraction"] == sum(p["spread"] <= 1e-8 for p in pre["prompts"]) / 8
     lora_b = {k: v for k, v in load_file(Path(m["adapter"]) / "adapter_model.safetensors").items() if "lora_B" in k}
     assert lora_b and any(torch.count_nonzero(v) for v in lora_b.values())  # two steps moved the adapter
-    assert (out / "01_train.ipynb").is_file()
+    assert (notebook_runs.EXECUTED / "01_train.ipynb").is_file()  # the executed copy the docs site renders
 
 
 @slow
@@ -126,8 +136,8 @@ def test_03_evaluation(trained, tmp_path):
     m = run("03_evaluation", tmp_path, ADAPTER_DIR=m01["adapter"])
     assert m["samples"] == 2 and m["adapter"] == m01["adapter"] and not m["trained_here"]
     assert m["temperature"] == m01["config"]["temperature"]  # sampled as the adapter was trained
-    assert m["greedy"]["base"]["accuracy"] == m01["accuracy_before"]
-    assert m["greedy"]["adapter"]["accuracy"] == m01["accuracy_after"]
+    assert abs(m["greedy"]["base"]["accuracy"] - m01["accuracy_before"]) <= ONE_PROMPT  # as in test_01_train
+    assert abs(m["greedy"]["adapter"]["accuracy"] - m01["accuracy_after"]) <= ONE_PROMPT
     for side in ("base", "adapter"):
         assert m["sampled"][side]["pass@2"] >= m["sampled"][side]["pass@1"]
 
