@@ -158,6 +158,7 @@ def test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results(tiny_model
     trainer._get_per_token_logps_and_entropies = spy
     inputs = [task.train[i] for i in range(2) for _ in range(2)]
     trainer.model.train()
+    tokens_before = trainer.state.num_input_tokens_seen
     out = trainer._generate_and_score_completions(inputs)
     weights, mask = out["tool_weights"], out["completion_mask"]
     result = tok("<result>5</result>", add_special_tokens=False)["input_ids"]
@@ -172,6 +173,9 @@ def test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results(tiny_model
     first_turn = len(tok("<tool>add(2, 3)</tool>", add_special_tokens=False)["input_ids"]) + 1
     assert logged["completions/mean_length"][-1] == mask.sum(1).float().mean().item() > first_turn
     assert logged["completions/clipped_ratio"][-1] == 0.0
+    counted = trainer.state.num_input_tokens_seen - tokens_before
+    assert counted == out["prompt_mask"].sum().item() + mask.sum().item()  # every token of the rollouts, not the turn's
+    assert logged["num_tokens"] == [trainer.state.num_input_tokens_seen]
     captured.clear()
     trainer.compute_loss(trainer.model, out)
     assert captured and captured[-1][weights == 0].eq(0).all() and captured[-1].requires_grad

@@ -3,7 +3,7 @@ its private methods on the one trainer that was given tools (`trainer.kit_tools`
 
 - `_generate`: after TRL's first turn, `tools.rollout.roll_out` runs the calls and samples on through
   `_generate_single_turn` (the kit's CPU sampler where it applies); the rewards read the last message; the
-  lengths TRL logged for the first turn are replaced by the whole rollouts';
+  lengths and tokens seen that TRL logged for the first turn are replaced by the whole rollouts';
 - `_generate_and_score_completions`: the batch carries `tool_weights` (0 on a tool's tokens, 1 elsewhere), which
   TRL's shuffling and splitting carry with every other tensor;
 - `_get_per_token_logps_and_entropies` (outermost, after the kit's own rebinding of it): each token's log-prob and
@@ -91,11 +91,16 @@ def use_tool_rollouts(trainer) -> bool:
 
 def _log_whole_lengths(trainer, completions: list[list[int]], metrics: dict[str, list[float]]) -> None:
     """TRL's `_generate` logged the first turn's lengths; the step's length figures (the step line's length and
-    clipped, the health monitor's truncation) are made the whole rollouts' instead, by TRL's rules: gathered over
-    processes, cut where the last token is neither an end-of-sequence nor padding."""
+    clipped, the health monitor's truncation) and the tokens seen (`num_tokens`, `state.num_input_tokens_seen`) are
+    made the whole rollouts' instead, by TRL's rules: gathered over processes, cut where the last token is neither
+    an end-of-sequence nor padding."""
     device, gather = trainer.accelerator.device, trainer.accelerator.gather
     ends = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
     lengths = gather(torch.tensor([len(ids) for ids in completions], device=device)).float()
+    if trainer.model.training:  # TRL counted the first turn's tokens: add what the tool calls and answers added
+        first_turn = round(metrics["completions/mean_length"][-1] * lengths.numel())
+        trainer.state.num_input_tokens_seen += int(lengths.sum().item()) - first_turn
+        metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
     cut = gather(torch.tensor([not ids or ids[-1] not in ends for ids in completions], device=device))
     ended = lengths[~cut] if bool((~cut).any()) else torch.zeros(1, device=device)
     for key, value in (("mean_length", lengths.mean()), ("min_length", lengths.min()),
