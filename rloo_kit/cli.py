@@ -26,18 +26,28 @@ samples are wrong while greedy answers are right, a lower temperature, from what
 """
 
 def cmd_doctor(args) -> int:
-    from .hardware import cpu_path_summary, detect_hardware, hub_reachable, package_versions
+    from .hardware import (
+        bf16_speed,
+        bf16_speed_summary,
+        cpu_compute,
+        cpu_path_summary,
+        detect_hardware,
+        hub_reachable,
+        package_versions,
+    )
     from .patches import plan_here
     from .presets import pick_preset
     from .sources import DEFAULT_MODEL, default_model_path, is_cached
 
     hw = detect_hardware()
+    cpu = None if hw.is_cuda else cpu_compute()
     rows = [(pkg, version or "not installed") for pkg, version in package_versions().items()]
     rows += [("device", f"{hw.device} ({hw.name})"),
              ("memory", f"{hw.total_memory_gb:.1f} GiB total, {hw.free_memory_gb:.1f} GiB free"
               + (" VRAM" if hw.is_cuda else " RAM")),
              ("bf16", str(hw.bf16)), ("cpu cores", str(hw.cpu_count)),
-             *([] if hw.is_cuda else [("cpu path", cpu_path_summary())]),
+             *([] if cpu is None else [("cpu path", cpu_path_summary(cpu)),
+                                       ("cpu bf16 speed", bf16_speed_summary(cpu, bf16_speed()))]),
              ("hub reachable", str(hub_reachable())),
              (f"default model ({DEFAULT_MODEL})", f"cached at {default_model_path()}" if is_cached()
               else "not cached (rloo-kit fetch-model)"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -104,7 +106,9 @@ def cpu_compute(flags: tuple[str, ...] | list[str] | None = None, env: str | Non
     - AMX-BF16 (Xeon 4th gen+): bf16 matmuls run on the tile units, ~3x fp32 (2048^2, 2 threads:
       590 vs 195 GFLOP/s) -> bf16.
     - AVX512-BF16 without AMX (AMD Zen 4/5, Xeon 3rd gen): native bf16 dot products, ~4x fp32 measured
-      on a 2-core AMD EPYC (benchmarks/results/roofline.md) -> bf16.
+      on a 2-core AMD EPYC (benchmarks/results/roofline.md) -> bf16. Not everywhere: on a 2-core Intel Xeon
+      with AVX512-BF16 and no AMX flag, a bf16 matmul ran at 0.53x fp32's speed and a demo step took 1.16x
+      fp32's time; `rloo-kit doctor` times both (`bf16_speed`) and says where fp32 is faster.
     - neither: oneDNN would emulate bf16 with conversions, slower than fp32 -> fp32.
     - and only when this PyTorch has oneDNN and a small bf16 matmul agrees with fp32 (the quick check).
     `RLOO_KIT_CPU_DTYPE=fp32|bf16` overrides the rule (`env` stands in for it in tests).
@@ -125,7 +129,7 @@ def cpu_compute(flags: tuple[str, ...] | list[str] | None = None, env: str | Non
                                  "slower than fp32", shown)
     if not _bf16_matmul_ok():
         return CpuCompute(False, f"{native} present but this PyTorch's bf16 matmul failed the quick check", shown)
-    return CpuCompute(True, f"{native}: native bf16 matmuls, several times fp32's throughput", shown)
+    return CpuCompute(True, f"{native}: native bf16 matmuls", shown)
 
 
 def cpu_path_summary(choice: CpuCompute | None = None) -> str:
@@ -135,6 +139,33 @@ def cpu_path_summary(choice: CpuCompute | None = None) -> str:
     how = ("bf16 base weights and LoRA compute, fp32 LoRA weights and Adam states, grouped attention"
            if choice.bf16 else "fp32 throughout")
     return f"{how} ({choice.reason}; flags: {flags}; {CPU_DTYPE_ENV}=fp32|bf16 overrides)"
+
+
+def bf16_speed(m: int = 2048, k: int = 576, n: int = 1536, repeats: int = 5) -> float:
+    """How fast a bf16 matmul of a small model's shape (the default model's hidden size 576, its MLP 1536) runs on
+    this CPU against fp32: fp32's time over bf16's, the median of `repeats` interleaved pairs (>1: bf16 faster).
+    Measured, not assumed: CPUs with the same flags differ (see `cpu_compute`)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    times: dict[torch.dtype, list[float]] = {dtype: [] for dtype in pairs}
+    for _ in range(repeats + 1):  # the first pair warms the kernels up and is left out
+        for dtype, (x, y) in pairs.items():
+            start = time.perf_counter()
+            x @ y
+            times[dtype].append(time.perf_counter() - start)
+    return statistics.median(times[torch.float32][1:]) / statistics.median(times[torch.bfloat16][1:])
+
+
+def bf16_speed_summary(choice: CpuCompute, speed: float) -> str:
+    """One line for `rloo-kit doctor`: the measured bf16/fp32 speed, and the override where the bf16 path was
+    chosen and fp32 measured faster."""
+    line = f"a bf16 matmul runs at {speed:.2f}x fp32's speed here"
+    if choice.bf16 and speed < 1:
+        line += f"; fp32 may train faster on this CPU: {CPU_DTYPE_ENV}=fp32"
+    return line
 
 
 _BF16_OK: bool | None = None

@@ -4,10 +4,12 @@ never timing (benchmarks/roofline.py and benchmarks/cpu_speed.py measure speed).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, cpu_compute
+from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, bf16_speed, bf16_speed_summary, cpu_compute
 from rloo_kit.patches import compat
 
 from .conftest import REPO
@@ -169,6 +171,17 @@ def test_failed_quick_check_falls_back_to_fp32(monkeypatch):
     monkeypatch.setattr(hardware, "_bf16_matmul_ok", lambda: False)
     choice = cpu_compute(flags=["avx512_bf16"], env="auto")
     assert not choice.bf16 and "quick check" in choice.reason
+
+
+def test_doctor_names_fp32_where_bf16_was_chosen_and_measured_slower():
+    bf16 = cpu_compute(flags=["avx512_bf16"], env="bf16")
+    fp32 = cpu_compute(flags=["avx2"], env="auto")
+    assert f"{CPU_DTYPE_ENV}=fp32" in bf16_speed_summary(bf16, 0.53)  # an Intel Xeon with AVX512-BF16, no AMX
+    assert "0.53x fp32's speed" in bf16_speed_summary(bf16, 0.53)
+    assert CPU_DTYPE_ENV not in bf16_speed_summary(bf16, 4.0)  # an AMD EPYC's
+    assert CPU_DTYPE_ENV not in bf16_speed_summary(fp32, 0.3)  # already fp32
+    speed = bf16_speed(m=64, k=64, n=64, repeats=1)
+    assert math.isfinite(speed) and speed > 0
 
 
 # ------------------------------------------------------------------------ the reused policy forward
