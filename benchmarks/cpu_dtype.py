@@ -25,15 +25,17 @@ from common import REPO, load_note, stamp, write
 RUNS = REPO / "runs" / "bench-dtype"
 
 
-def one_run(dtype: str, steps: int, index: int) -> dict:
-    """The demo for `steps` steps on the `dtype` path: its step times and lengths from TRL's log."""
+def one_run(dtype: str, steps: int, index: int, reuse: bool) -> dict:
+    """The demo for `steps` steps on the `dtype` path (with `reuse`, a finished run's folder is read again): its
+    step times and lengths from TRL's log."""
     out = RUNS / f"{dtype}-{index}"
     cmd = [sys.executable, "-m", "rloo_kit.cli", "train", "--task", "arithmetic", "--max-steps", str(steps),
            "--temperature", "1", "--max-completion-length", "16", "--n-test", "8", "--seed", "0", "--force",
            "--overwrite", "--output-dir", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RLOO_KIT_CPU_DTYPE": dtype})
-    if done.returncode != 0:
-        raise RuntimeError(f"{dtype} run failed:\n{done.stderr[-3000:]}")
+    if not (reuse and (out / "metrics.json").is_file()):
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RLOO_KIT_CPU_DTYPE": dtype})
+        if done.returncode != 0:
+            raise RuntimeError(f"{dtype} run failed:\n{done.stderr[-3000:]}")
     state = json.loads((out / f"checkpoint-{steps}" / "trainer_state.json").read_text())
     logged = [h for h in state["log_history"] if "step_time" in h][2:]
     metrics = json.loads((out / "metrics.json").read_text())
@@ -46,12 +48,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2, help="bf16, fp32 then fp32, bf16: 2 rounds is four runs")
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in runs/bench-dtype")
     args = ap.parse_args()
     from rloo_kit.hardware import bf16_speed, cpu_compute
 
     order = [d for r in range(args.rounds) for d in (("bf16", "fp32") if r % 2 == 0 else ("fp32", "bf16"))]
-    runs = [one_run(dtype, args.steps, i) for i, dtype in enumerate(order)]
+    runs = [one_run(dtype, args.steps, i, args.reuse) for i, dtype in enumerate(order)]
     matmul = bf16_speed()
+    # each round's two runs were neighbours in time: their ratio is what the machine's drift spares
+    paired = [runs[i]["step_seconds"] / runs[i + 1]["step_seconds"] if runs[i]["dtype"] == "bf16"
+              else runs[i + 1]["step_seconds"] / runs[i]["step_seconds"] for i in range(0, len(runs), 2)]
     median = {d: statistics.median(r["step_seconds"] for r in runs if r["dtype"] == d) for d in ("bf16", "fp32")}
     tokens = {d: statistics.mean(r["mean_length"] for r in runs if r["dtype"] == d) for d in ("bf16", "fp32")}
     table = ["| path | runs | median step (s) | completion tokens a step (mean) | s per 16 completions' token |",
@@ -59,9 +65,10 @@ def main() -> None:
     table += [f"| {d} | {sum(r['dtype'] == d for r in runs)} | {median[d]:.2f} | {16 * tokens[d]:.0f} | "
               f"{median[d] / (16 * tokens[d]):.4f} |" for d in ("bf16", "fp32")]
     result = {**stamp(), "flags_choice": cpu_compute().describe(), "bf16_matmul_speed": matmul, "runs": runs,
-              "bf16_step_over_fp32": median["bf16"] / median["fp32"]}
+              "bf16_step_over_fp32_by_round": paired, "bf16_step_over_fp32": statistics.mean(paired)}
     write("cpu-dtype", result, table, load_note(result) + (
-        f"\n\nbf16 step / fp32 step: **{result['bf16_step_over_fp32']:.2f}** (the bf16 path generated "
+        f"\n\nbf16 step / fp32 step, each round's neighbouring runs: **{result['bf16_step_over_fp32']:.2f}** "
+        f"({', '.join(f'{r:.2f}' for r in paired)}; the bf16 path generated "
         f"{tokens['bf16'] / tokens['fp32']:.2f}x the fp32 path's tokens a step). A (2048x576)(576x1536) matmul in bf16 "
         f"ran at {matmul:.2f}x fp32's speed (`hardware.bf16_speed`). The flags chose: {result['flags_choice']}. "
         f"The demo, {args.steps} steps each, temperature 1, 16 tokens, seed 0; runs in the order {', '.join(order)}."))

@@ -107,8 +107,9 @@ def cpu_compute(flags: tuple[str, ...] | list[str] | None = None, env: str | Non
       590 vs 195 GFLOP/s) -> bf16.
     - AVX512-BF16 without AMX (AMD Zen 4/5, Xeon 3rd gen): native bf16 dot products, ~4x fp32 measured
       on a 2-core AMD EPYC (benchmarks/results/roofline.md) -> bf16. Not everywhere: on a 2-core Intel Xeon
-      with AVX512-BF16 and no AMX flag, a bf16 matmul ran at 0.53x fp32's speed and a demo step took 1.16x
-      fp32's time; `rloo-kit doctor` times both (`bf16_speed`) and says where fp32 is faster.
+      with AVX512-BF16 and no AMX flag, a bf16 matmul ran at 0.53x fp32's speed and a demo step took about as
+      long as fp32's (1.04x, sampling 0.81x the tokens; benchmarks/results/cpu-dtype.md); `rloo-kit doctor`
+      times both (`bf16_speed`) and says where fp32's matmul is faster.
     - neither: oneDNN would emulate bf16 with conversions, slower than fp32 -> fp32.
     - and only when this PyTorch has oneDNN and a small bf16 matmul agrees with fp32 (the quick check).
     `RLOO_KIT_CPU_DTYPE=fp32|bf16` overrides the rule (`env` stands in for it in tests).
@@ -161,10 +162,10 @@ def bf16_speed(m: int = 2048, k: int = 576, n: int = 1536, repeats: int = 5) -> 
 
 def bf16_speed_summary(choice: CpuCompute, speed: float) -> str:
     """One line for `rloo-kit doctor`: the measured bf16/fp32 speed, and the override where the bf16 path was
-    chosen and fp32 measured faster."""
+    chosen and fp32's matmul measured faster (an Intel Xeon's: its demo step no faster in bf16)."""
     line = f"a bf16 matmul runs at {speed:.2f}x fp32's speed here"
     if choice.bf16 and speed < 1:
-        line += f"; fp32 may train faster on this CPU: {CPU_DTYPE_ENV}=fp32"
+        line += f"; the bf16 path may bring no speed on this CPU ({CPU_DTYPE_ENV}=fp32 trains in fp32)"
     return line
 
 
