@@ -39,8 +39,10 @@ def one_run(dtype: str, steps: int, index: int, reuse: bool) -> dict:
     state = json.loads((out / f"checkpoint-{steps}" / "trainer_state.json").read_text())
     logged = [h for h in state["log_history"] if "step_time" in h][2:]
     metrics = json.loads((out / "metrics.json").read_text())
+    config = metrics["config"]  # one process: a step's completions are its batch times its accumulation
+    completions = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"]
     return {"dtype": dtype, "step_seconds": statistics.median(h["step_time"] for h in logged),
-            "mean_length": statistics.mean(h["completions/mean_length"] for h in logged),
+            "step_tokens": completions * statistics.mean(h["completions/mean_length"] for h in logged),
             "before": metrics["accuracy_before"], "after": metrics["accuracy_after"]}
 
 
@@ -59,11 +61,11 @@ def main() -> None:
     paired = [runs[i]["step_seconds"] / runs[i + 1]["step_seconds"] if runs[i]["dtype"] == "bf16"
               else runs[i + 1]["step_seconds"] / runs[i]["step_seconds"] for i in range(0, len(runs), 2)]
     median = {d: statistics.median(r["step_seconds"] for r in runs if r["dtype"] == d) for d in ("bf16", "fp32")}
-    tokens = {d: statistics.mean(r["mean_length"] for r in runs if r["dtype"] == d) for d in ("bf16", "fp32")}
-    table = ["| path | runs | median step (s) | completion tokens a step (mean) | s per 16 completions' token |",
+    tokens = {d: statistics.mean(r["step_tokens"] for r in runs if r["dtype"] == d) for d in ("bf16", "fp32")}
+    table = ["| path | runs | median step (s) | completion tokens a step (mean) | s per completion token |",
              "|---|---|---|---|---|"]
-    table += [f"| {d} | {sum(r['dtype'] == d for r in runs)} | {median[d]:.2f} | {16 * tokens[d]:.0f} | "
-              f"{median[d] / (16 * tokens[d]):.4f} |" for d in ("bf16", "fp32")]
+    table += [f"| {d} | {sum(r['dtype'] == d for r in runs)} | {median[d]:.2f} | {tokens[d]:.0f} | "
+              f"{median[d] / tokens[d]:.4f} |" for d in ("bf16", "fp32")]
     result = {**stamp(), "flags_choice": cpu_compute().describe(), "bf16_matmul_speed": matmul, "runs": runs,
               "bf16_step_over_fp32_by_round": paired, "bf16_step_over_fp32": statistics.mean(paired)}
     write("cpu-dtype", result, table, load_note(result) + (

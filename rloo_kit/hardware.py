@@ -107,7 +107,7 @@ def cpu_compute(flags: tuple[str, ...] | list[str] | None = None, env: str | Non
       590 vs 195 GFLOP/s) -> bf16.
     - AVX512-BF16 without AMX (AMD Zen 4/5, Xeon 3rd gen): native bf16 dot products, ~4x fp32 measured
       on a 2-core AMD EPYC (benchmarks/results/roofline.md) -> bf16. Not everywhere: on a 2-core Intel Xeon
-      with AVX512-BF16 and no AMX flag, a bf16 matmul ran at 0.53x fp32's speed and a demo step took about as
+      with AVX512-BF16 and no AMX flag, a bf16 matmul ran at 0.5-0.6x fp32's speed and a demo step took about as
       long as fp32's (1.04x, sampling 0.81x the tokens; benchmarks/results/cpu-dtype.md); `rloo-kit doctor`
       times both (`bf16_speed`) and says where fp32's matmul is faster.
     - neither: oneDNN would emulate bf16 with conversions, slower than fp32 -> fp32.
