@@ -25,7 +25,8 @@ check() {  # check NAME SECONDS COMMAND...: run it, log its output and exit stat
   local start=$SECONDS
   timeout -s INT -k 20 "$limit" "$@" >>"$LOG" 2>&1  # SIGINT, as Ctrl-C: a run stopped keeps its adapter
   echo "== $name rc=$? in $((SECONDS - start))s" >>"$LOG"
-  tar czf "$OUT/results.tgz" benchmarks/results/backends-cuda* benchmarks/results/cuda-oom.json 2>/dev/null
+  tar czf "$OUT/results.tgz" benchmarks/results/backends-cuda* benchmarks/results/cuda-oom.json \
+    benchmarks/results/gpu-generate.json 2>/dev/null
   for run in gpu-demo gpu-demo-lr gpu-tools gpu-budget; do  # files come back at 16 MiB at most: an adapter travels in parts
     [ -d "runs/$run" ] || continue
     rm -f "$OUT/$run".tgz.*
@@ -61,4 +62,7 @@ check budget-run 200 python3 -m rloo_kit.cli train --task arithmetic --model smo
   --minutes 1.5 --prompt-pool --output-dir runs/gpu-budget
 check preflight-file 90 python3 -m rloo_kit.cli preflight --task file --path benchmarks/tasks/word_sums.jsonl --prompt-column question \
   --answer-column result --model smollm2-135m --preset 8gb
+# fifth session: the kit's own generation (pre-flight, validation, evaluation) as it runs today against
+# torch.inference_mode and Unsloth's for_inference, both backends
+check generate 360 python3 benchmarks/gpu_generate.py --name gpu-generate
 echo "== done $(date +%T)" >>"$LOG"
