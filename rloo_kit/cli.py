@@ -34,6 +34,7 @@ def cmd_doctor(args) -> int:
         detect_hardware,
         hub_reachable,
         package_versions,
+        worth_timing_bf16,
     )
     from .patches import plan_here
     from .presets import pick_preset
@@ -47,7 +48,8 @@ def cmd_doctor(args) -> int:
               + (" VRAM" if hw.is_cuda else " RAM")),
              ("bf16", str(hw.bf16)), ("cpu cores", str(hw.cpu_count)),
              *([] if cpu is None else [("cpu path", cpu_path_summary(cpu)),
-                                       ("cpu bf16 speed", bf16_speed_summary(cpu, bf16_speed()))]),
+                                       ("cpu bf16 speed", bf16_speed_summary(
+                                           cpu, bf16_speed() if worth_timing_bf16(cpu) else None))]),
              ("hub reachable", str(hub_reachable())),
              (f"default model ({DEFAULT_MODEL})", f"cached at {default_model_path()}" if is_cached()
               else "not cached (rloo-kit fetch-model)"),
@@ -237,7 +239,6 @@ def _check_output_dir(args) -> Path:
 
 def cmd_train(args) -> int:
     from .distributed import world_size
-    from .pipeline import run
     from .recipes import RECIPE_FILE, dump, recipe_of
 
     if args.tool_warm_start and not args.tools:  # else it would be dropped without a word, after minutes of work
@@ -256,6 +257,8 @@ def cmd_train(args) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     (out / RECIPE_FILE).write_text(recipe)
+    from .pipeline import run  # torch, transformers, TRL: seconds of imports, after every check that needs none
+
     model, tok = _load(args, plan, task)
     overrides = _overrides(args)
     if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`
@@ -321,15 +324,17 @@ FILE_DEFAULTS = {"prompt_column": "prompt", "answer_column": "answer", "encoding
 
 
 def cmd_eval(args) -> int:
-    import pandas as pd
+    from .models import adapter_base_model
+
+    base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
+    import pandas as pd  # and TRL, through the pipeline: seconds of imports, after the check that needs none
 
     from .evaluation import compare, paired_change
-    from .models import adapter_base_model, load_adapter, load_model
+    from .models import load_adapter, load_model
     from .pipeline import trained_settings
     from .recipes import RECIPE_FILE, eval_task_options
     from .tasks import load_task
 
-    base_name = args.model or adapter_base_model(args.adapter)  # a wrong --adapter fails here, with advice
     given = {k: getattr(args, k) for k in ("path", "prompt_column", "answer_column", "system_prompt", "encoding",
                                            "tools")}
     given = {k: v for k, v in given.items() if v != FILE_DEFAULTS.get(k)}  # a flag left as it was asks nothing

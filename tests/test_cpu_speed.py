@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, bf16_speed, bf16_speed_summary, cpu_compute
+from rloo_kit.hardware import CPU_DTYPE_ENV, CpuCompute, bf16_speed, bf16_speed_summary, cpu_compute, worth_timing_bf16
 from rloo_kit.patches import compat
 
 from .conftest import REPO
@@ -180,6 +180,9 @@ def test_doctor_names_fp32_where_bf16_was_chosen_and_measured_slower():
     assert "0.53x fp32's speed" in bf16_speed_summary(bf16, 0.53)
     assert CPU_DTYPE_ENV not in bf16_speed_summary(bf16, 4.0)  # an AMD EPYC's
     assert CPU_DTYPE_ENV not in bf16_speed_summary(fp32, 0.3)  # already fp32
+    assert "not timed" in bf16_speed_summary(fp32, None)
+    assert not worth_timing_bf16(fp32)  # emulated bf16: the timing would be slow and tell nothing new
+    assert worth_timing_bf16(bf16) and worth_timing_bf16(cpu_compute(flags=["avx512_bf16"], env="fp32"))
     speed = bf16_speed(m=64, k=64, n=64, repeats=1)
     assert math.isfinite(speed) and speed > 0
 
