@@ -56,11 +56,16 @@ $(LLAMA_CPP_STAMP):
 	touch $@
 
 # Everything, the browser test included: the REQUIRE variables make a missing Unsloth, browser or llama.cpp fail, not skip.
-# Then the documentation site, after the tests, so that it renders the notebooks they executed (build/notebooks/).
+# Two pytest-xdist workers, each notebook's tests on one of them (tests/notebook_runs.py), with OpenMP threads that sleep
+# rather than spin while they wait: two 2-thread processes that spin on 2 cores took 3x as long as one alone, two that
+# sleep 1.3x (CONTRIBUTING.md). Then the documentation site, after the tests, so that it renders the notebooks they
+# executed (build/notebooks/).
+PYTEST_WORKERS ?= 2
 test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
-	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) \
-		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PY) -m pytest --durations=20  # the slowest, for the suite's time
+	OMP_WAIT_POLICY=PASSIVE RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 \
+		RLOO_KIT_CHROMIUM=$(CHROMIUM) RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) \
+		$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --max-worker-restart 0 --durations=25  # the slowest, for the suite's time
 	$(VENV)/bin/mkdocs build --strict
 
 # The lane for working: lint, unit and in-process tiny-model tests; no notebook run, real model, browser, Unsloth or

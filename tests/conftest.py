@@ -5,6 +5,10 @@ import pytest
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+# TRL sends telemetry from a thread of its own for every trainer built, and that thread's DNS lookup reads the
+# environment while tests change it (monkeypatch.setenv): glibc's getenv racing setenv killed a test worker with a
+# segfault in getaddrinfo. Set before any thread starts; CI cannot reach the hub anyway.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"

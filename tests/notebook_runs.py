@@ -7,6 +7,10 @@ with the parameters the metric checks expect (SMOKE, OUTPUT_DIR and otherwise it
 read that run; elsewhere (`-m "not browser"`, test_notebooks.py alone, a browser run that failed) papermill
 executes it.
 pytest collects test_browser.py first, so `make test` runs each of those notebooks once.
+
+The record lives in one process. `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`), so a
+notebook's browser run and the checks that read it share a lane (`lane`): one worker takes all of a lane's tests, in
+the order pytest collects them. Two lanes, so that the two workers share the notebooks' minutes about equally.
 """
 
 from __future__ import annotations
@@ -15,11 +19,22 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO
 from .helpers import TOKEN
 
 EXECUTED = REPO / "build" / "notebooks"  # each executed copy, for the docs site to render (docs/generate.py)
 _RUN_CLEAN: dict[str, Path] = {}  # notebook -> the OUTPUT_DIR of its clean run in this session
+# Which worker's lane runs each notebook: a's browser runs took ~8 minutes on a 2-core CPU without AVX512 (02 and the
+# Stop button's run of 01), b's ~9 (01, 03 on 01's adapter, 04, 05). `stop` is the Stop button's run.
+LANES = {"00_rloo_in_one_page": "a", "02_troubleshooting": "a", "stop": "a",
+         "01_train": "b", "03_evaluation": "b", "04_reward_model": "b", "05_tools": "b"}
+
+
+def lane(name: str) -> pytest.MarkDecorator:
+    """The mark that keeps notebook `name`'s tests on one pytest-xdist worker (a no-op without xdist)."""
+    return pytest.mark.xdist_group(f"notebooks-{LANES[name]}")
 
 
 def record(name: str, executed: Path, output_dir: Path, *, with_defaults: bool) -> None:

