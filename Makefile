@@ -60,12 +60,13 @@ $(LLAMA_CPP_STAMP):
 # rather than spin while they wait: two 2-thread processes that spin on 2 cores took 3x as long as one alone, two that
 # sleep 1.3x (CONTRIBUTING.md). Then the documentation site, after the tests, so that it renders the notebooks they
 # executed (build/notebooks/).
+# A worker that crashes fails the run (no restart: a restarted worker lost its lane's tests and the run hung).
 PYTEST_WORKERS ?= 2
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --max-worker-restart 0
 test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
-	OMP_WAIT_POLICY=PASSIVE RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 \
-		RLOO_KIT_CHROMIUM=$(CHROMIUM) RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) \
-		$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --max-worker-restart 0 --durations=25  # the slowest, for the suite's time
+	RLOO_KIT_REQUIRE_UNSLOTH=1 RLOO_KIT_REQUIRE_BROWSER=1 RLOO_KIT_REQUIRE_LLAMA_CPP=1 RLOO_KIT_CHROMIUM=$(CHROMIUM) \
+		RLOO_KIT_LLAMA_CPP=$(abspath $(LLAMA_CPP_DIR)) $(PYTEST) --durations=25  # the slowest, for the suite's time
 	$(VENV)/bin/mkdocs build --strict
 
 # The lane for working: lint, unit and in-process tiny-model tests; no notebook run, real model, browser, Unsloth or
@@ -73,7 +74,7 @@ test: setup $(CHROMIUM) $(LLAMA_CPP_STAMP)
 # (test_distributed.py). CI's `make test` runs all of it.
 test-fast: setup $(LLAMA_CPP_STAMP)
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks
-	$(PY) -m pytest -q -m "not slow and not browser and not unsloth and not heavy" --ignore=tests/test_distributed.py
+	$(PYTEST) -q -m "not slow and not browser and not unsloth and not heavy" --ignore=tests/test_distributed.py
 
 lint: setup
 	$(VENV)/bin/ruff check rloo_kit tests benchmarks

@@ -6,7 +6,7 @@ process: one trainer at the cpu preset whose steps alternate between the kit's s
     .venv/bin/python benchmarks/step_sampler.py [--steps 12] [--model smollm2-135m]
 
 Reports the median step and the median sampling time each way. Writes benchmarks/results/step-sampler-<dtype>.
-{json,md} (fp32 or bf16: the base weights of this machine's path).
+{json,md} (float32 or bfloat16: the base weights of this machine's path).
 """
 
 from __future__ import annotations

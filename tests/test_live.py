@@ -194,3 +194,28 @@ def test_compare_browser_steps_and_filters():
     assert "Add 2 and 1." in shown.value
     table = compare_browser(base, adapter, mode="text")  # papermill / terminal: a table instead
     assert list(table["prompt"]) == ["Add 0 and 1.", "Add 1 and 1.", "Add 2 and 1."]
+
+
+def test_curves_take_a_small_share_of_the_run_and_end_drawn(tiny_model_dir, tmp_path, cpu_tiny_overrides,
+                                                             monkeypatch):
+    """A redraw dearer than the steps (as ~1 s of matplotlib is beside a small model's step) is skipped until the
+    curves' share of the run allows it; the end draws the last steps."""
+    import time
+
+    from rloo_kit.notebook import live_display
+
+    real, drawn = live_display.curves_png, []
+
+    def slow_curves(history, diagnoses):
+        drawn.append(len(history))
+        time.sleep(0.5)
+        return real(history, diagnoses)
+
+    monkeypatch.setattr(live_display, "curves_png", slow_curves)
+    trainer = trainer_for(tiny_model_dir, tmp_path, cpu_tiny_overrides, steps=5, live=False)
+    view = attach_live_view(trainer, mode="widget")
+    view.display = False
+    train(trainer)
+    assert view.updates == 5 and drawn[0] == 1 and drawn[-1] == 5  # the first step, and the end
+    assert len(drawn) < 5 and view.renderer.curve_draws == len(drawn)
+    assert view.renderer.curves.value[:8] == b"\x89PNG\r\n\x1a\n"

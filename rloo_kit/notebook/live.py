@@ -3,8 +3,9 @@
 `attach_live_view(trainer)` (called by `build_trainer`) adds a `LiveView` callback that, at every
 logged step, shows the progress (step / max steps, elapsed, ETA); RLOO's curves — the total reward
 and each reward function's mean, KL, entropy, mean completion length and clipped ratio, never the
-loss, which is ~0 by design; the health monitor's diagnoses as they start, each a banner with its
-fix; and the latest prompts with their K completions, rewards and leave-one-out advantages.
+loss, which is ~0 by design (redrawn as often as 5% of the run's time allows, and at its end); the
+health monitor's diagnoses as they start, each a banner with its fix; and the latest prompts with their
+K completions, rewards and leave-one-out advantages.
 
 Where it shows, and how (the rule, in order):
 1. `RLOO_KIT_LIVE=widget|text|off` in the environment decides, when set.

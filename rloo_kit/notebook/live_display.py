@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import html
 import io
+import time
 from collections.abc import Callable, Sequence
 
 from ..patches.kernel_clicks import deliver_clicks_while_busy
 from . import curves
 
 _CELL = "style='border:1px solid #ccc;padding:2px 6px;vertical-align:top;text-align:left'"
+# The most of a run's time that redrawing the curves may take. A redraw costs ~1 s of matplotlib on a slow 2-core
+# CPU, a tenth of a small CPU step and more than a whole step of a small model on a GPU; the progress, banners and
+# completions still change every step, and the last step's curves are always drawn.
+CURVES_SHARE = 0.05
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -81,6 +86,7 @@ class WidgetPanel:
                         layout=w.Layout(align_items="center", justify_content="space-between"))
         self.widget = _with_class(w.VBox([header, self.note, self.banners, self.curves, self.samples]),
                                   "rloo-live-view")
+        self.curve_draws, self._drawing, self._drawn, self._since = 0, 0.0, 0, time.perf_counter()
         if not deliver_clicks_while_busy(self.stop_button):
             self.note.value = ("<small>This kernel handles a click only after the running cell: to stop now, "
                                "interrupt the kernel (the adapter is kept in output_dir/interrupted).</small>")
@@ -92,6 +98,7 @@ class WidgetPanel:
         self.stop_button.disabled, self.stop_button.description = False, "Stop after this step"
         self.banners.children = ()
         self.curves.value = b""
+        self.curve_draws, self._drawing, self._drawn, self._since = 0, 0.0, 0, time.perf_counter()
         self.samples.value = "<i>The latest completions appear after the first step.</i>"
         self.progress_text.value = progress_html(view, state)
         if show:
@@ -104,7 +111,8 @@ class WidgetPanel:
         self.progress_bar.max, self.progress_bar.value = total, done
         self.progress_text.value = progress_html(view, state)
         self._add_banners(new_diagnoses)
-        self.curves.value = curves_png(view.history, view.diagnoses)
+        if self._drawing <= CURVES_SHARE * (time.perf_counter() - self._since):
+            self._draw_curves(view)
         self.samples.value = samples_html(view.latest_groups(), view.history[-1]["step"])
 
     def stopping(self) -> None:
@@ -112,9 +120,18 @@ class WidgetPanel:
 
     def end(self, view, state, summary: str, new_diagnoses: Sequence) -> None:
         self._add_banners(new_diagnoses)
+        if view.history and self._drawn != len(view.history):
+            self._draw_curves(view)  # the run's last steps, where a redraw was skipped
         self.progress_text.value = progress_html(view, state, final=summary)
         self.stop_button.disabled = True
         self.stop_button.description = "Stopped" if view.stopped_at is not None else "Finished"
+
+    def _draw_curves(self, view) -> None:
+        """Redraw the curves from the history so far, and count the time it took against `CURVES_SHARE`."""
+        start = time.perf_counter()
+        self.curves.value = curves_png(view.history, view.diagnoses)
+        self.curve_draws, self._drawn = self.curve_draws + 1, len(view.history)
+        self._drawing += time.perf_counter() - start
 
     def _add_banners(self, diagnoses: Sequence) -> None:
         import ipywidgets as w
