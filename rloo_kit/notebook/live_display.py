@@ -86,7 +86,7 @@ class WidgetPanel:
                         layout=w.Layout(align_items="center", justify_content="space-between"))
         self.widget = _with_class(w.VBox([header, self.note, self.banners, self.curves, self.samples]),
                                   "rloo-live-view")
-        self.curve_draws, self._drawing, self._drawn, self._since = 0, 0.0, 0, time.perf_counter()
+        self._reset_curves()
         if not deliver_clicks_while_busy(self.stop_button):
             self.note.value = ("<small>This kernel handles a click only after the running cell: to stop now, "
                                "interrupt the kernel (the adapter is kept in output_dir/interrupted).</small>")
@@ -97,8 +97,7 @@ class WidgetPanel:
         self.progress_bar.bar_style = ""
         self.stop_button.disabled, self.stop_button.description = False, "Stop after this step"
         self.banners.children = ()
-        self.curves.value = b""
-        self.curve_draws, self._drawing, self._drawn, self._since = 0, 0.0, 0, time.perf_counter()
+        self._reset_curves()
         self.samples.value = "<i>The latest completions appear after the first step.</i>"
         self.progress_text.value = progress_html(view, state)
         if show:
@@ -125,6 +124,11 @@ class WidgetPanel:
         self.progress_text.value = progress_html(view, state, final=summary)
         self.stop_button.disabled = True
         self.stop_button.description = "Stopped" if view.stopped_at is not None else "Finished"
+
+    def _reset_curves(self) -> None:
+        """No curves yet, and the time budget for drawing them starts now (a run's begin)."""
+        self.curves.value = b""
+        self.curve_draws, self._drawing, self._drawn, self._since = 0, 0.0, 0, time.perf_counter()
 
     def _draw_curves(self, view) -> None:
         """Redraw the curves from the history so far, and count the time it took against `CURVES_SHARE`."""
