@@ -126,6 +126,7 @@ class Setup:
     flat_fraction: float = 0.0  # share of prompts that cannot teach: same total reward, or all K answers alike
     cut_without_spread: float = 0.0  # share of those flat prompts whose K completions were all cut
     alike_fraction: float = 0.0  # share of those flat prompts whose K completions gave one and the same answer
+    unpaid: bool = False  # right answers were sampled, and got no more total reward than the wrong ones
     temperature: float = 1.0  # the sampling temperature the setup's samples were drawn at
     problems: list[Problem] = field(default_factory=list)
 
@@ -191,6 +192,7 @@ class PreflightReport:
     examples: list[dict] = field(default_factory=list, repr=False)  # a few prompts with their K completions
     tools: dict | None = None  # with tools: call_rate, valid_call_rate, calls of the main draw's rollouts
     length_room: int | None = None  # the longest completion length the preset's sequences leave room to propose
+    draw: _Draw | None = field(default=None, repr=False, compare=False)  # the samples, for `preflight(samples=)`
 
     @property
     def trained(self) -> Setup:
@@ -233,7 +235,8 @@ class PreflightReport:
 
     def to_dict(self) -> dict:
         """Everything measured, with the trained setup's figures at the top level (metrics.json's keys)."""
-        out = asdict(self)
+        out = asdict(dataclasses.replace(self, draw=None))  # figures only: the samples hold the model
+        del out["draw"]
         trained = asdict(self.trained)
         out.update({k: trained[k] for k in ("max_completion_length", "zero_spread_fraction", "flat_fraction",
                                              "truncation_rate", "pass_rate", "prompts", "rewards", "correlations",
@@ -284,7 +287,8 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
               *, preset: str | Preset | None = None, num_generations: int | None = None,
               max_completion_length: int | None = None, temperature: float | None = None,
               reward_weights: Sequence[float] | None = None, n_prompts: int = 32, seed: int = 0,
-              match: str | None = None, probe_length: int | None = None, progress: bool = True) -> PreflightReport:
+              match: str | None = None, probe_length: int | None = None, progress: bool = True,
+              samples: PreflightReport | None = None) -> PreflightReport:
     """Sample K completions of `n_prompts` prompts from the model as it is, score them as training
     would, and report spread, truncation, unscored rewards and the problems they predict, for the
     setup as given and for the one the kit would train instead.
@@ -316,6 +320,9 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
         match: "final" or "exact", how a completion is judged correct; the Task's, else "final", when None.
         probe_length: tokens to sample up to; the default above when None.
         progress: log how far sampling got.
+        samples: an earlier report of the same prompts (dataset rows, n_prompts, seed, K, temperature and probe
+            length): its completions are judged again, by these rewards, instead of drawing new ones. Two rewards
+            compared on the very same samples, for the time of one draw.
 
     Returns:
         A PreflightReport: the figures and problems of the setup as asked and of the one the kit would train.
@@ -336,13 +343,16 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
 
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
-    sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed, run.tool_format)
-    ids, widened_from = sample(probe), None
-    if (_ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit
-            and not tools):
-        widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
-        _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
-        ids = sample.extend(ids, widened_from, probe)
+    if samples is not None:
+        sample, ids, widened_from, probe = _Draw.of(samples).reused(picked, config, probe, tools)
+    else:
+        sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed, run.tool_format)
+        ids, widened_from = sample(probe), None
+        if (_ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit
+                and not tools):
+            widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
+            _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
+            ids = sample.extend(ids, widened_from, probe)
     judge = _Judge(tokenizer, sample, ids, picked, rows, run.match)
     ended = [len(seq) for group in ids for seq in group if _ended(seq, sample.eos)]
     asked = judge(length, funcs, weights)
@@ -361,7 +371,40 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
     for setup in filter(None, (asked, report.proposed, *report.colder)):
         setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
+    report.draw = _Draw(sample, ids, widened_from, probe)
     return report
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """A report's samples, kept with it (not in `to_dict`) so that another pre-flight can judge them again."""
+
+    sample: _Sampler
+    ids: list
+    widened_from: int | None
+    probe: int
+
+    @classmethod
+    def of(cls, report: PreflightReport) -> _Draw:
+        if report.draw is None:
+            raise ConfigError("samples= takes a report that `rloo_kit.preflight` returned in this session (one read "
+                              "back from preflight.json holds figures, not its samples).")
+        return report.draw
+
+    def reused(self, picked: Dataset, config: RLOOConfig, probe: int, tools: list) -> tuple:
+        """The draw's sampler, samples, first probe length and probe length, where they are what this pre-flight
+        would draw; else ConfigError naming what differs."""
+        s = self.sample
+        same = {"prompts": list(picked["prompt"]) == list(s.prompts), "num_generations": config.num_generations == s.k,
+                **{key: getattr(config, key) == getattr(s.config, key) for key in ("temperature", "top_p", "min_p")},
+                "tools (a draw with tools is not reused)": not tools and not s.tools,
+                "probe length": max(probe, config.max_completion_length) <= self.probe}
+        differ = [name for name, ok in same.items() if not ok]
+        if differ:
+            raise ConfigError(f"samples=: the earlier pre-flight drew other samples than this one would ("
+                              f"{', '.join(differ)} differ); give both the same rows, n_prompts, seed, K, sampling "
+                              "and length, or leave samples= out to draw anew.")
+        return s, self.ids, self.widened_from, self.probe
 
 
 @dataclass
@@ -433,8 +476,8 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     by, which judge the colder draws too, at its length."""
     base = report.trained
     wrong = base.pass_rate is not None and base.wrong_fraction >= base.flat_fraction / 2
-    if not wrong or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5:
-        return  # spread enough, a task without answers, flat because solved, cut, or unpaid by its reward
+    if not wrong or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5 or base.unpaid:
+        return  # spread enough, a task without answers, flat because solved, cut, or right answers unpaid
     greedy = sample.greedy(base.max_completion_length)
     right = judge.correct(judge.decode(seq for (seq,) in greedy), samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
@@ -479,6 +522,7 @@ class _Sampler:
         self.template_kwargs = syntax_for(tool_format, tokenizer).template_kwargs(self.tools) if self.tools else {}
         self.answer_starts: dict[tuple, int] = {}  # a rollout's tokens -> where its last turn begins (what is scored)
         self.tool_figures: dict | None = None  # the first draw's, with tools
+        self.greedy_ids: dict[int, list] = {}  # length -> the greedy answers, drawn once
 
     def __call__(self, probe: int) -> list[list[list[int]]]:
         label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions"
@@ -490,10 +534,14 @@ class _Sampler:
         return self._generate(self.prompts, label, max_new_tokens=length, samples=self.k, temperature=temperature)
 
     def greedy(self, length: int) -> list[list[list[int]]]:
-        """The model's greedy answer to each prompt, to `length` tokens: its best answer, to hold the samples to."""
-        return generate_ids(self.model, self.tokenizer, self.prompts, max_new_tokens=length,
-                            batch_size=max(1, len(self.prompts)), template_kwargs=self.template_kwargs,
-                            progress=progress_lines("pre-flight: greedy answers") if self.progress else None)
+        """The model's greedy answer to each prompt, to `length` tokens: its best answer, to hold the samples to
+        (drawn once a length, for every report that judges this draw)."""
+        if length not in self.greedy_ids:
+            self.greedy_ids[length] = generate_ids(
+                self.model, self.tokenizer, self.prompts, max_new_tokens=length, batch_size=max(1, len(self.prompts)),
+                template_kwargs=self.template_kwargs,
+                progress=progress_lines("pre-flight: greedy answers") if self.progress else None)
+        return self.greedy_ids[length]
 
     def extend(self, ids: list[list[list[int]]], start: int, probe: int) -> list[list[list[int]]]:
         """The same draw looked at further: each completion still open at `start` tokens is continued up to
@@ -608,8 +656,18 @@ class _Judge:
             rewards=[RewardStats(_name(f), _nanstat(np.nanmean, s), _nanstat(np.nanstd, s), float(np.mean(np.isnan(s))),
                                  dict(c)) for f, s, c in zip(funcs, scores, causes, strict=True)],
             cut_without_spread=float(np.mean([p.truncated >= 1.0 for p in flat])) if flat else 0.0,
-            alike_fraction=float(np.mean(alike)) if alike else 0.0, temperature=self.temperature)
+            alike_fraction=float(np.mean(alike)) if alike else 0.0, temperature=self.temperature,
+            unpaid=_unpaid(totals, correct))
         return setup
+
+
+def _unpaid(totals: np.ndarray, correct: list[bool] | None) -> bool:
+    """Whether the rewards give the right answers among the samples no more than the wrong ones: then no draw,
+    colder or warmer, gives a group spread (an all-or-nothing match that the answers' form never meets)."""
+    right = np.asarray(correct if correct is not None else [], dtype=bool)
+    if not right.any() or right.all():
+        return False
+    return bool(np.nanmean(totals[right]) <= np.nanmean(totals[~right]) + SPREAD_EPS)
 
 
 def _ended(seq: list[int], eos: set[int]) -> bool:
@@ -687,19 +745,28 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
     greedy = ("" if report.greedy_pass_rate is None else
               f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so colder sampling "
               "would not help")
-    why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
-           f"length probed, not cut{greedy}" if setup.pass_rate is not None
-           else f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}")
-    fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
-    if "correct_answer" not in names or "exact_answer" in names:
-        fixes.append("give partial credit (rewards.correct_answer rather than an all-or-nothing match)")
-    if "brevity" not in names:
-        fixes.append("add rewards.brevity() with a small weight so that right answers differ too")
-    more = f"raise num_generations {g} -> {2 * g}"
-    if setup.alike_fraction >= ALIKE_SHARE:  # K copies of one answer: a warmer draw makes them differ
-        more += (f" and temperature {temp:g} -> {min(temp + 0.3, 1.5):g} (the {g} samples of "
-                 f"{setup.alike_fraction:.0%} of these prompts are one answer)")
-    fixes += ["try a bigger model", more]
+    if setup.pass_rate is None:
+        why = f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}"
+    elif setup.unpaid:
+        why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens by the task's answer matching, "
+               "yet they got no more reward than the wrong ones, so no temperature would help")
+    else:
+        why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
+               f"length probed, not cut{greedy}")
+    if setup.unpaid:  # the model samples right answers and the reward misses them: the reward is the fix
+        fixes = ["make the reward pay the right answers (rewards.correct_answer gives partial credit where an "
+                 "all-or-nothing match misses them); try it on report.examples"]
+    else:
+        fixes = ["make the prompts easier (or filter the hopeless ones out with report.filter)"]
+        if "correct_answer" not in names or "exact_answer" in names:
+            fixes.append("give partial credit (rewards.correct_answer rather than an all-or-nothing match)")
+        if "brevity" not in names:
+            fixes.append("add rewards.brevity() with a small weight so that right answers differ too")
+        more = f"raise num_generations {g} -> {2 * g}"
+        if setup.alike_fraction >= ALIKE_SHARE:  # K copies of one answer: a warmer draw makes them differ
+            more += (f" and temperature {temp:g} -> {min(temp + 0.3, 1.5):g} (the {g} samples of "
+                     f"{setup.alike_fraction:.0%} of these prompts are one answer)")
+        fixes += ["try a bigger model", more]
     return Problem(
         "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
         + ("learn nothing from them." if blocking else "learn slowly, from the few that differ."),

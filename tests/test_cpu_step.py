@@ -96,24 +96,38 @@ def test_grouped_attention_trains_like_sdpa(tiny_model_dir):
     assert grads[attention.NAME].norm() == pytest.approx(grads["sdpa"].norm().item(), rel=0.05)
 
 
-def test_long_sequences_and_fp32_go_to_sdpa(tiny_model_dir, monkeypatch):
+def test_long_sequences_and_fp32_whole_sequences_go_to_sdpa(tiny_model_dir, monkeypatch):
     calls = []
     real = attention.sdpa_attention_forward
     monkeypatch.setattr(attention, "sdpa_attention_forward",
                         lambda module, q, *a, **k: calls.append(q.shape[2]) or real(module, q, *a, **k))
     monkeypatch.setattr(attention, "SHORT_KEYS", 4)
-    model, tok = _tiny(tiny_model_dir)
-    attention.use_cpu_attention(model)
-    batch = _batch(tok)
+    batch = _batch(_tiny(tiny_model_dir)[1])
     prompt = batch["input_ids"].shape[1]
-    model.generate(**batch, max_new_tokens=3, do_sample=False)
-    assert calls == [prompt] * 2  # the prompt's pass (2 layers) is long; the decoding steps stay grouped
+    for dtype in (torch.bfloat16, torch.float32):
+        model, _ = _tiny(tiny_model_dir, dtype)
+        attention.use_cpu_attention(model)
+        calls.clear()
+        model.generate(**batch, max_new_tokens=3, do_sample=False)
+        assert calls == [prompt] * 2, dtype  # the prompt's pass (2 layers) is long; the decoding steps stay grouped
     calls.clear()
-    model32, _ = _tiny(tiny_model_dir, dtype=torch.float32)
-    attention.use_cpu_attention(model32)
     with torch.no_grad():
-        model32(**batch)
+        model(**batch)  # fp32 over whole sequences, short ones included: SDPA is as fast there
     assert calls == [prompt] * 2
+
+
+def test_fp32_decoding_grouped_gives_the_logits_of_sdpa_over_the_whole_sequence(tiny_model_dir):
+    model, tok = _tiny(tiny_model_dir, dtype=torch.float32)
+    assert attention.use_cpu_attention(model)
+    batch = _batch(tok)  # the second row left-padded
+    with torch.no_grad():
+        cached = model(**batch, use_cache=True)
+        step = {"input_ids": cached.logits[:, -1].argmax(-1, keepdim=True),
+                "attention_mask": torch.cat([batch["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1)}
+        one = model(**step, past_key_values=cached.past_key_values).logits[:, -1]
+        full = model(input_ids=torch.cat([batch["input_ids"], step["input_ids"]], 1),
+                     attention_mask=step["attention_mask"]).logits[:, -1]
+    torch.testing.assert_close(one, full, rtol=1e-5, atol=1e-5)
 
 
 def test_only_sdpa_models_are_switched(tiny_model_dir):
@@ -124,15 +138,15 @@ def test_only_sdpa_models_are_switched(tiny_model_dir):
 
 # ------------------------------------------------------------------------ the categorical draw
 
-def test_models_loaded_outside_the_kit_get_grouped_attention_in_bf16(tiny_model_dir, tmp_path):
+def test_models_loaded_outside_the_kit_get_grouped_attention(tiny_model_dir, tmp_path):
     from rloo_kit import build_trainer
     from rloo_kit.tasks import load_task
 
     task = load_task("arithmetic", n_train=8)
-    for dtype, expected in ((torch.bfloat16, attention.NAME), (torch.float32, "sdpa")):
+    for dtype in (torch.bfloat16, torch.float32):
         model, tok = _tiny(tiny_model_dir, dtype)
         trainer = build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path), live=False, monitor=False)
-        assert trainer.model.config._attn_implementation == expected
+        assert trainer.model.config._attn_implementation == attention.NAME, dtype
 
 
 def test_categorical_draw_follows_the_probabilities():

@@ -128,11 +128,11 @@ def tiny_trainer(tiny_model_dir, tmp_path, overrides, dtype=torch.float32, **kwa
 
 def test_a_built_trainer_lists_its_patches_in_one_banner_line(tiny_model_dir, tmp_path, cpu_tiny_overrides, said):
     trainer = tiny_trainer(tiny_model_dir, tmp_path, cpu_tiny_overrides)
-    assert trainer.rloo_kit_patches == ("contiguous_lm_head", "trl_cpu_logprob", "reuse_scoring_forward",
-                                        "cpu_sampler", "task_reward_spread")  # fp32 on a CPU, one process
+    assert trainer.rloo_kit_patches == ("contiguous_lm_head", "grouped_attention", "trl_cpu_logprob",
+                                        "reuse_scoring_forward", "cpu_sampler", "task_reward_spread")  # fp32, CPU
     (banner,) = [line for line in said if line.startswith("patched ")]
-    assert banner.startswith("patched contiguous_lm_head, trl_cpu_logprob, reuse_scoring_forward, cpu_sampler, "
-                             "task_reward_spread")
+    assert banner.startswith("patched contiguous_lm_head, grouped_attention, trl_cpu_logprob, reuse_scoring_forward, "
+                             "cpu_sampler, task_reward_spread")
     assert f"rloo-kit {rloo_kit.__version__}" in banner
     assert all(f"{dist} {patch_module.version(dist)}" in banner for dist in ("trl", "transformers", "peft", "torch"))
     assert not [line for line in said if line.startswith("patch ")]  # nothing skipped

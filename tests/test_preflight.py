@@ -10,6 +10,7 @@ import torch
 from datasets import Dataset
 
 import rloo_kit
+from rloo_kit.errors import ConfigError
 from rloo_kit.preflight_check import (
     PreflightReport,
     PromptStats,
@@ -17,6 +18,7 @@ from rloo_kit.preflight_check import (
     Setup,
     _suggest,
     _totals,
+    _unpaid,
     diagnose,
     fit_task,
 )
@@ -25,7 +27,7 @@ from rloo_kit.rewards import correct_answer, exact_answer
 from .helpers import length_reward
 
 SETUP_FIELDS = {"max_completion_length", "zero_spread_fraction", "flat_fraction", "truncation_rate", "pass_rate",
-                "prompts", "rewards", "correlations", "cut_without_spread", "alike_fraction"}
+                "prompts", "rewards", "correlations", "cut_without_spread", "alike_fraction", "unpaid"}
 
 
 def setup(**changes) -> Setup:
@@ -157,6 +159,19 @@ def test_greedy_right_but_colder_draws_as_flat_is_collapse_not_noise():
     but a colder draw leaves the prompts as flat as before, so the cause is the reward, not the sampling."""
     r = report(greedy_pass_rate=0.38, colder=(dict(COLD, flat_fraction=0.97, prompts=WRONG),), **NOISY)
     assert r.kinds() == ["reward_collapse"]
+
+
+def test_right_answers_paid_no_more_than_wrong_ones_is_collapse_and_the_fix_is_the_reward():
+    """Samples right by the task's matching, scored like the wrong ones: no draw gives a group spread."""
+    r = report(unpaid=True, **NOISY)
+    assert r.kinds() == ["reward_collapse"] and "got no more reward than the wrong ones" in r.problems[0].message
+    assert "pay the right answers" in r.problems[0].fix and "temperature" not in r.problems[0].fix
+
+
+def test_unpaid_compares_the_rewards_of_right_and_wrong_samples():
+    assert _unpaid(np.zeros(4), [True, False, False, False])
+    assert not _unpaid(np.array([1.0, 0, 0, 0]), [True, False, False, False])
+    assert not _unpaid(np.zeros(4), [False] * 4) and not _unpaid(np.zeros(4), None)  # nothing right: cannot tell
 
 
 def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
@@ -323,6 +338,27 @@ def test_the_same_seed_draws_the_same_samples_and_leaves_the_callers_random_numb
     assert draw(1) != first
 
 
+def test_a_second_reward_is_judged_on_the_first_reports_samples_without_drawing_again(tiny_model_dir, monkeypatch):
+    from rloo_kit import preflight_check
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    data = rloo_kit.arithmetic_task(n_train=8, n_test=2)["train"]
+    settings = dict(preset="cpu", num_generations=2, max_completion_length=6, n_prompts=8, progress=False)
+    first = rloo_kit.preflight(model, tok, data, [exact_answer], **settings)
+    drawn = []
+    monkeypatch.setattr(preflight_check, "generate_ids", lambda *a, **k: drawn.append(k) or [])
+    again = rloo_kit.preflight(model, tok, data, [correct_answer, length_reward], samples=first, **settings)
+    assert not drawn and again.lengths == first.lengths and again.examples[0]["completions"] == \
+        first.examples[0]["completions"]
+    assert [r.name for r in again.rewards] == ["correct_answer", "length_reward"]
+    with pytest.raises(ConfigError, match="num_generations differ"):
+        rloo_kit.preflight(model, tok, data, [exact_answer], samples=first, **{**settings, "num_generations": 4})
+    with pytest.raises(ConfigError, match="prompts differ"):
+        rloo_kit.preflight(model, tok, data, [exact_answer], samples=first, **{**settings, "n_prompts": 4})
+    with pytest.raises(ConfigError, match="returned in this session"):
+        rloo_kit.preflight(model, tok, data, [exact_answer], samples=report(), **settings)
+
+
 @pytest.mark.heavy
 def test_a_loaded_reward_model_is_scored_with_the_tokenizer_beside_it(tiny_model_dir, tmp_path):
     import torch
@@ -364,6 +400,8 @@ def test_all_or_nothing_reward_collapses_before_any_step(default_model, arithmet
     r = rloo_kit.preflight(model, tok, arithmetic.train, [exact_answer], preset="cpu", n_prompts=8,
                            max_completion_length=64, probe_length=64)  # room to end: never exactly right, not cut
     assert r.zero_spread_fraction >= 0.8 and "reward_collapse" in r.kinds() and not r.ok
+    # some answers are right by the final-answer matching yet score 0 like the rest: no colder draw is spent on it
+    assert r.asked.pass_rate > 0 and r.asked.unpaid and not r.colder and r.greedy_pass_rate is None
 
 
 @pytest.mark.slow

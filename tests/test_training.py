@@ -177,16 +177,18 @@ def test_constant_reward_is_diagnosed_as_collapse_and_can_stop(tiny_model_dir, t
 
 @pytest.mark.slow
 def test_tiny_beta_and_huge_learning_rate_explode_kl(default_model_dir, tmp_path, cpu_tiny_overrides):
-    """On the real default model: the tiny random model's logits are too flat for KL to run away."""
+    """On the real default model: the tiny random model's logits are too flat for KL to run away. The monitor
+    asked to stop on it ends the run there (diagnosed at step 4 of 8 when measured)."""
     model, tok = rloo_kit.load_model(default_model_dir, preset="cpu")
-    monitor = rloo_kit.HealthMonitor(verbose=False)
+    monitor = rloo_kit.HealthMonitor(verbose=False, stop_on={"kl_explosion"})
     overrides = {**cpu_tiny_overrides, "max_completion_length": 16}
     trainer = build_trainer(model, tok, data(64), [length_reward], preset="cpu", output_dir=str(tmp_path),
                             max_steps=8, beta=1e-4, learning_rate=5e-2, monitor=monitor, **overrides)
     train(trainer)
     kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert "kl_explosion" in [d.kind for d in monitor.diagnoses], kl
-    assert max(kl) > monitor.thresholds.kl_max
+    assert max(kl) > monitor.thresholds.kl_max, kl
+    assert trainer.state.global_step < 8, kl  # stopped where it was named, not at max_steps
 
 
 def test_a_task_brings_its_rewards_weights_and_length(tiny_model_dir, tmp_path, cpu_tiny_overrides):

@@ -23,16 +23,17 @@ PATCHES: tuple[Patch, ...] = (
           targets=("transformers.PreTrainedModel.get_output_embeddings",), tested=TRANSFORMERS | TORCH,
           tests=(CPU_STEP + "test_lm_head_gets_a_contiguous_input_once_hooked",),
           apply="rloo_kit.patches.compat:contiguous_lm_head_input", phase="model", devices=None),
-    Patch("grouped_attention", "grouped-query attention in two matmuls for bf16 on a CPU, in place of SDPA "
-          "(registered with transformers' attention registry, long sequences handed back to SDPA)",
+    Patch("grouped_attention", "grouped-query attention in two matmuls on a CPU, in place of SDPA (registered "
+          "with transformers' attention registry; bf16 short sequences and decoding, fp32 decoding; the rest "
+          "handed back to SDPA)",
           targets=("transformers.AttentionInterface.register", "transformers.masking_utils.AttentionMaskInterface",
                    "transformers.masking_utils.eager_mask", "transformers.integrations.sdpa_attention."
                    "sdpa_attention_forward", "transformers.PreTrainedModel.set_attn_implementation"),
           tested=TRANSFORMERS | TORCH,
           tests=(CPU_STEP + "test_grouped_attention_is_as_precise_as_sdpa",
                  CPU_STEP + "test_grouped_attention_trains_like_sdpa"),
-          apply="rloo_kit.patches.attention:use_cpu_attention", phase="model", dtype=torch.bfloat16,
-          when="models on SDPA"),
+          apply="rloo_kit.patches.attention:use_cpu_attention", phase="model",
+          when="models on SDPA, in bf16 or fp32"),
     Patch("fused_rms_norm", "each Llama-style RMSNorm's forward (an instance attribute) runs torch's fused "
           "kernel for bf16 on a CPU",
           targets=("transformers.models.llama.modeling_llama.LlamaRMSNorm.forward", "torch.nn.functional.rms_norm"),
