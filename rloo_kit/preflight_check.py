@@ -344,7 +344,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
     rows = sorted(random.Random(seed).sample(range(len(dataset)), min(n_prompts, len(dataset))))
     picked = dataset.select(rows)
     if samples is not None:
-        sample, ids, widened_from, probe = _Draw.of(samples).reused(picked, config, probe, tools)
+        sample, ids, widened_from, probe = _Draw.of(samples).reused(model, picked, config, probe, tools)
     else:
         sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed, run.tool_format)
         ids, widened_from = sample(probe), None
@@ -391,11 +391,12 @@ class _Draw:
                               "back from preflight.json holds figures, not its samples).")
         return report.draw
 
-    def reused(self, picked: Dataset, config: RLOOConfig, probe: int, tools: list) -> tuple:
+    def reused(self, model, picked: Dataset, config: RLOOConfig, probe: int, tools: list) -> tuple:
         """The draw's sampler, samples, first probe length and probe length, where they are what this pre-flight
         would draw; else ConfigError naming what differs."""
         s = self.sample
-        same = {"prompts": list(picked["prompt"]) == list(s.prompts), "num_generations": config.num_generations == s.k,
+        same = {"model": model is s.model, "prompts": list(picked["prompt"]) == list(s.prompts),
+                "num_generations": config.num_generations == s.k,
                 **{key: getattr(config, key) == getattr(s.config, key) for key in ("temperature", "top_p", "min_p")},
                 "tools (a draw with tools is not reused)": not tools and not s.tools,
                 "probe length": max(probe, config.max_completion_length) <= self.probe}

@@ -26,8 +26,8 @@ from .helpers import TOKEN
 
 EXECUTED = REPO / "build" / "notebooks"  # each executed copy, for the docs site to render (docs/generate.py)
 _RUN_CLEAN: dict[str, Path] = {}  # notebook -> the OUTPUT_DIR of its clean run in this session
-# Which worker's lane runs each notebook. On a 2-core CPU without AVX512, two runs of `make test`: lane a's tests took
-# 10-12 minutes of their worker (02 and the Stop button's run of 01), b's 12-14 (01, 03 on 01's adapter, 04, 05).
+# Which worker's lane runs each notebook. On a 2-core CPU without AVX512, three runs of `make test`: lane a's tests took
+# 9.5-12 minutes of their worker (02 and the Stop button's run of 01), b's 12-14 (01, 03 on 01's adapter, 04, 05).
 # `stop` is the Stop button's run.
 LANES = {"00_rloo_in_one_page": "a", "02_troubleshooting": "a", "stop": "a",
          "01_train": "b", "03_evaluation": "b", "04_reward_model": "b", "05_tools": "b"}

@@ -355,6 +355,9 @@ def test_a_second_reward_is_judged_on_the_first_reports_samples_without_drawing_
         rloo_kit.preflight(model, tok, data, [exact_answer], samples=first, **{**settings, "num_generations": 4})
     with pytest.raises(ConfigError, match="prompts differ"):
         rloo_kit.preflight(model, tok, data, [exact_answer], samples=first, **{**settings, "n_prompts": 4})
+    other, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    with pytest.raises(ConfigError, match="model differ"):
+        rloo_kit.preflight(other, tok, data, [exact_answer], samples=first, **settings)
     with pytest.raises(ConfigError, match="returned in this session"):
         rloo_kit.preflight(model, tok, data, [exact_answer], samples=report(), **settings)
 
