@@ -126,7 +126,8 @@ class Setup:
     flat_fraction: float = 0.0  # share of prompts that cannot teach: same total reward, or all K answers alike
     cut_without_spread: float = 0.0  # share of those flat prompts whose K completions were all cut
     alike_fraction: float = 0.0  # share of those flat prompts whose K completions gave one and the same answer
-    unpaid: bool = False  # right answers were sampled, and got no more total reward than the wrong ones
+    unpaid: bool = False  # right answers were sampled and got no more total reward than the wrong ones (nor, where
+    # they were drawn, did the right greedy answers)
     temperature: float = 1.0  # the sampling temperature the setup's samples were drawn at
     problems: list[Problem] = field(default_factory=list)
 
@@ -477,12 +478,16 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     by, which judge the colder draws too, at its length."""
     base = report.trained
     wrong = base.pass_rate is not None and base.wrong_fraction >= base.flat_fraction / 2
-    if not wrong or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5 or base.unpaid:
-        return  # spread enough, a task without answers, flat because solved, cut, or right answers unpaid
+    if not wrong or base.flat_fraction < WEAK_SHARE or base.cut_without_spread >= 0.5:
+        return  # spread enough, a task without answers, flat because solved, or cut
     greedy = sample.greedy(base.max_completion_length)
     right = judge.correct(judge.decode(seq for (seq,) in greedy), samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
     base.prompts = [dataclasses.replace(p, greedy_right=bool(ok)) for p, ok in zip(base.prompts, right, strict=True)]
+    if base.unpaid:  # the greedy answers' right ones say whether a colder draw can be paid
+        base.unpaid = not judge.pays(greedy, right, base.max_completion_length, *rewards)
+        if base.unpaid:
+            return  # right answers, sampled or greedy, get no more reward than wrong ones: no draw gives spread
     if report.greedy_pass_rate < base.pass_rate + SAMPLING_GAP:
         return  # wrong greedily as well: no temperature makes the model know the answers
     for t in (t for t in COLDER if t < base.temperature):
@@ -628,11 +633,28 @@ class _Judge:
                                     for seq in cut] if self.tools else self.decode(cut))
         return self._texts[length]
 
+    def _completions(self, texts: list[str]) -> list:
+        """The texts as the rewards get completions: conversational where the prompts are."""
+        return [[{"role": "assistant", "content": t}] if not isinstance(self.prompts[0], str) else t for t in texts]
+
+    def pays(self, ids: list, right: list[bool], length: int, funcs: list, weights: list[float]) -> bool:
+        """Whether the rewards give the right ones among `ids` (one completion a prompt: the greedy answers) more
+        than this draw's wrong samples get, cut at `length`: a colder draw, nearer the greedy answers, can pay."""
+        if not any(right):
+            return False
+        seqs = [seq[:length] for (seq,) in ids]
+        columns = {c: list(self.picked[c]) for c in self.picked.column_names if c != "prompt"}
+        scores, _ = _score(funcs, list(self.prompts), self._completions(self.decode(seqs)), [[s] for s in seqs],
+                           columns)
+        greedy = _totals(scores, weights)[np.asarray(right, dtype=bool)]
+        self(length, funcs, weights)  # this draw's totals with these rewards
+        wrong = ~np.asarray(self.correct(self.texts(length), self.k), dtype=bool)
+        return bool(wrong.any() and np.nanmean(greedy) > np.nanmean(self.totals[length][wrong]) + SPREAD_EPS)
+
     def __call__(self, length: int, funcs: list, weights: list[float]) -> Setup:
         k, texts = self.k, self.texts(length)
         seen = [seq[:length] for group in self.ids for seq in group]
-        completions = [[{"role": "assistant", "content": t}] if not isinstance(self.prompts[0], str) else t
-                       for t in texts]
+        completions = self._completions(texts)
         cut = [not (seq and seq[-1] in self.eos) for seq in seen]
         flat_prompts = [p for p in self.prompts for _ in range(k)]
         scores, causes = _score(funcs, flat_prompts, completions, seen, self.columns)
@@ -749,8 +771,9 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
     if setup.pass_rate is None:
         why = f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}"
     elif setup.unpaid:
+        greedy_too = "" if report.greedy_pass_rate is None else ", nor did the right greedy answers"
         why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens by the task's answer matching, "
-               "yet they got no more reward than the wrong ones, so no temperature would help")
+               f"yet they got no more reward than the wrong ones{greedy_too}, so no temperature would help")
     else:
         why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
                f"length probed, not cut{greedy}")
@@ -796,8 +819,8 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
     better (or were not measured)."""
     greedy = report.greedy_pass_rate
     if (greedy is None or setup.pass_rate is None or greedy < setup.pass_rate + SAMPLING_GAP
-            or setup.wrong_fraction < setup.flat_fraction / 2):
-        return None
+            or setup.wrong_fraction < setup.flat_fraction / 2 or setup.unpaid):
+        return None  # not measured, no better greedily, or right answers unpaid: not noise
     t = setup.temperature
     colder = [c for c in report.colder if c.temperature < t and c.flat_fraction <= setup.flat_fraction - PROBE_GAIN]
     warmer = report.held_against if any(c is setup for c in report.colder) else None

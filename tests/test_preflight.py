@@ -163,8 +163,9 @@ def test_greedy_right_but_colder_draws_as_flat_is_collapse_not_noise():
 
 def test_right_answers_paid_no_more_than_wrong_ones_is_collapse_and_the_fix_is_the_reward():
     """Samples right by the task's matching, scored like the wrong ones: no draw gives a group spread."""
-    r = report(unpaid=True, **NOISY)
-    assert r.kinds() == ["reward_collapse"] and "got no more reward than the wrong ones" in r.problems[0].message
+    r = report(unpaid=True, greedy_pass_rate=0.5, **NOISY)  # greedy right more often: noise, were they paid
+    assert r.kinds() == ["reward_collapse"]
+    assert "got no more reward than the wrong ones, nor did the right greedy answers" in r.problems[0].message
     assert "pay the right answers" in r.problems[0].fix and "temperature" not in r.problems[0].fix
 
 
@@ -172,6 +173,32 @@ def test_unpaid_compares_the_rewards_of_right_and_wrong_samples():
     assert _unpaid(np.zeros(4), [True, False, False, False])
     assert not _unpaid(np.array([1.0, 0, 0, 0]), [True, False, False, False])
     assert not _unpaid(np.zeros(4), [False] * 4) and not _unpaid(np.zeros(4), None)  # nothing right: cannot tell
+
+
+def test_a_colder_draw_is_spent_only_where_the_reward_pays_a_right_greedy_answer(tiny_model_dir):
+    """Samples right by the final-answer matching, never in the bare form an exact reward pays: unpaid. Greedy answers
+    in that form say a colder draw (nearer them) can be paid; right greedy sentences say it cannot."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from rloo_kit.preflight_check import _Judge
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    def ids(*texts):
+        return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    sampler = SimpleNamespace(eos=set(), k=2, prompts=["Add 3 and 4.", "Add 4 and 5."], tools=[], answer_starts={},
+                              config=SimpleNamespace(temperature=1.0))
+    picked = Dataset.from_dict({"prompt": sampler.prompts, "answer": ["7", "9"]})
+    judge = _Judge(tok, sampler, [ids("The sum is 7.", "It is 8."), ids("The sum is 9.", "Maybe 3.")], picked,
+                   [0, 1], "final")
+    assert judge(32, [exact_answer], [1.0]).unpaid
+    bare, sentences = [[x] for x in ids("7", "9")], [[x] for x in ids("The sum is 7.", "It is 9.")]
+    assert judge.pays(bare, [True, True], 32, [exact_answer], [1.0])
+    assert not judge.pays(sentences, [True, True], 32, [exact_answer], [1.0])
+    assert not judge.pays(bare, [False, False], 32, [exact_answer], [1.0])  # nothing right greedily: nothing to pay
 
 
 def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
@@ -403,8 +430,8 @@ def test_all_or_nothing_reward_collapses_before_any_step(default_model, arithmet
     r = rloo_kit.preflight(model, tok, arithmetic.train, [exact_answer], preset="cpu", n_prompts=8,
                            max_completion_length=64, probe_length=64)  # room to end: never exactly right, not cut
     assert r.zero_spread_fraction >= 0.8 and "reward_collapse" in r.kinds() and not r.ok
-    # some answers are right by the final-answer matching yet score 0 like the rest: no colder draw is spent on it
-    assert r.asked.pass_rate > 0 and r.asked.unpaid and not r.colder and r.greedy_pass_rate is None
+    # answers right by the final-answer matching, sampled and greedy, score 0 like the rest: no colder draw is spent
+    assert r.asked.pass_rate > 0 and r.asked.unpaid and not r.colder and r.greedy_pass_rate > 0
 
 
 @pytest.mark.slow
