@@ -648,8 +648,9 @@ class _Judge:
                            columns)
         greedy = _totals(scores, weights)[np.asarray(right, dtype=bool)]
         self(length, funcs, weights)  # this draw's totals with these rewards
-        wrong = ~np.asarray(self.correct(self.texts(length), self.k), dtype=bool)
-        return bool(wrong.any() and np.nanmean(greedy) > np.nanmean(self.totals[length][wrong]) + SPREAD_EPS)
+        wrong = self.totals[length][~np.asarray(self.correct(self.texts(length), self.k), dtype=bool)]
+        verdicts = [True] * len(greedy) + [False] * len(wrong)  # the same comparison as the samples' own
+        return len(wrong) > 0 and not _unpaid(np.concatenate([greedy, wrong]), verdicts)
 
     def __call__(self, length: int, funcs: list, weights: list[float]) -> Setup:
         k, texts = self.k, self.texts(length)
