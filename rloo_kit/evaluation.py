@@ -9,6 +9,7 @@ switching the adapter off for the base.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from collections import Counter
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
-from transformers import StoppingCriteria
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from .errors import GPUOutOfMemoryError
 from .rewards import RewardFunc, accepted_answers, answers_match, is_correct, parse_number, predicted_answer
@@ -173,32 +174,36 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
                  max_new_tokens: int = 64, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                  min_p: float | None = None, repetition_penalty: float = 1.0,
                  batch_size: int = 32, progress: Callable[[int, int], None] | None = None,
-                 prefixes: list[list[int]] | None = None, template_kwargs: dict | None = None
-                 ) -> list[list[list[int]]]:
+                 prefixes: list[list[int]] | None = None, template_kwargs: dict | None = None,
+                 resumable: Resumable | None = None) -> list[list[list[int]]]:
     """Completion token ids, `samples` per prompt, each cut after its first end-of-sequence token
     (kept, as TRL counts it). Prompts in chat form get the model's chat template, as in training;
     sampling settings are TRL's RLOOConfig fields of the same names. `progress(token, max_new_tokens)`
     is called as decoding goes, so a long generation can say how far it got. `prefixes` (one per prompt,
     with samples=1): completions begun earlier, each continued by up to `max_new_tokens` (only the new
     tokens are returned), so that a longer look costs only the tokens it adds.
-    `template_kwargs` go to the chat template (the tools, for a model's own tool-call format)."""
-    from transformers import GenerationConfig, StoppingCriteriaList
+    `template_kwargs` go to the chat template (the tools, for a model's own tool-call format).
+    `resumable`: an empty `Resumable`, filled with what `resume_ids` needs to go on with the rows that did not
+    end (all prompts in one batch)."""
+    from transformers import GenerationConfig
 
     if prefixes is not None and (samples != 1 or len(prefixes) != len(prompts)):
         raise ValueError("prefixes: one begun completion per prompt, with samples=1.")
+    if resumable is not None and len(prompts) > batch_size:
+        raise ValueError(f"resumable: {len(prompts)} prompts in batches of {batch_size}; a resumable generation "
+                         "is one batch.")
     texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True,
                                                                         **(template_kwargs or {})) for p in prompts]
     rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
     rows = [r + list(prefix) for r, prefix in zip(rows, prefixes, strict=True)] if prefixes is not None else rows
     eos = eos_token_ids(model, tokenizer)
     config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              return_dict_in_generate=resumable is not None,
                               temperature=temperature if do_sample else None, top_p=top_p if do_sample else None,
                               top_k=top_k if do_sample else None, min_p=min_p if do_sample else None,
                               repetition_penalty=repetition_penalty, pad_token_id=tokenizer.pad_token_id,
                               eos_token_id=sorted(eos), disable_compile=True)
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    was_training = model.training
-    model.eval()
     out: list[list[list[int]]] = []
     try:
         for i in range(0, len(rows), batch_size):
@@ -206,8 +211,11 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
             enc = {k: v.repeat_interleave(samples, dim=0).to(model.device) for k, v in enc.items()}
             watch = StoppingCriteriaList([_Progress(progress, enc["input_ids"].shape[1], max_new_tokens)] if progress
                                          else [])
-            with lean_generation(model):
+            with _evaluating(model), lean_generation(model):
                 new = model.generate(**enc, generation_config=config, stopping_criteria=watch)
+            if resumable is not None:
+                resumable.keep(new, enc["attention_mask"], config)
+                new = new.sequences
             new = new[:, enc["input_ids"].shape[1]:].tolist()
             out.extend([_cut(r, eos) for r in new[j:j + samples]] for j in range(0, len(new), samples))
     except torch.cuda.OutOfMemoryError as e:
@@ -215,8 +223,58 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
                                   f"{max_new_tokens} tokens. Lower batch_size= or samples=, or max_new_tokens.") from e
     finally:
         tokenizer.padding_side = side
-        model.train(was_training)
     return out
+
+
+@dataclass
+class Resumable:
+    """A one-batch generation as it stopped, to go on from (`resume_ids`): every row's tokens (prompt, padding and
+    completion), the prompts' attention mask, the KV cache of all but the last token, and the sampling settings."""
+
+    tokens: torch.Tensor | None = None
+    prompt_mask: torch.Tensor | None = None
+    cache: object = None
+    config: object = None
+
+    def keep(self, output, prompt_mask: torch.Tensor, config) -> None:
+        self.tokens, self.prompt_mask, self.cache, self.config = (
+            output.sequences, prompt_mask, output.past_key_values, config)
+
+
+def resume_ids(model, tokenizer, state: Resumable, rows: list[int], *, max_new_tokens: int,
+               progress: Callable[[int, int], None] | None = None) -> list[list[int]] | None:
+    """Rows `rows` of `state`'s batch (each sample of each prompt, prompt-major; rows that did not end), each
+    continued by up to `max_new_tokens` from the batch's KV cache: what `generate_ids` with their completions as
+    `prefixes` gives, without reading prompts and completions again (on a CPU that re-read was a fifth of a
+    long pre-flight). Only the new tokens are returned. The cache is used up; None where it cannot be narrowed
+    to the rows (a cache type without `batch_select_indices`), to continue from prefixes instead."""
+    cache, state.cache = state.cache, None
+    if not hasattr(cache, "batch_select_indices"):
+        return None
+    index = torch.tensor(rows, dtype=torch.long, device=state.tokens.device)
+    tokens = state.tokens[index]
+    completed = tokens.shape[1] - state.prompt_mask.shape[1]
+    mask = torch.cat([state.prompt_mask[index], state.prompt_mask.new_ones(len(rows), completed)], dim=1)
+    cache.batch_select_indices(index)
+    config = copy.deepcopy(state.config)
+    config.max_new_tokens, config.return_dict_in_generate = max_new_tokens, False
+    watch = StoppingCriteriaList([_Progress(progress, tokens.shape[1], max_new_tokens)] if progress else [])
+    eos = eos_token_ids(model, tokenizer)
+    with _evaluating(model), lean_generation(model):
+        new = model.generate(input_ids=tokens, attention_mask=mask, past_key_values=cache, generation_config=config,
+                             stopping_criteria=watch)
+    return [_cut(r, eos) for r in new[:, tokens.shape[1]:].tolist()]
+
+
+@contextlib.contextmanager
+def _evaluating(model) -> Iterator[None]:
+    """The model in eval mode inside (no dropout while generating), its mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 @contextlib.contextmanager

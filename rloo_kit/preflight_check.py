@@ -33,7 +33,7 @@ from datasets import Dataset
 
 from .data import validate_dataset
 from .errors import ConfigError, RewardError
-from .evaluation import eos_token_ids, finish_with_tools, generate_ids, progress_lines
+from .evaluation import Resumable, eos_token_ids, finish_with_tools, generate_ids, progress_lines, resume_ids
 from .presets import Preset, make_config, resolve_preset
 from .rewards import (
     RewardFunc,
@@ -348,12 +348,7 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
         sample, ids, widened_from, probe = _Draw.of(samples).reused(model, picked, config, probe, tools)
     else:
         sample = _Sampler(model, tokenizer, list(picked["prompt"]), k, config, progress, tools, seed, run.tool_format)
-        ids, widened_from = sample(probe), None
-        if (_ended_share(ids, sample.eos) < 1 - TRUNCATION_SHARE and probe_length is None and probe < limit
-                and not tools):
-            widened_from, probe = probe, min(2 * probe, limit)  # the probe cannot tell: look once further
-            _log.info(f"pre-flight: most samples are still cut at {widened_from} tokens; continuing them to {probe}")
-            ids = sample.extend(ids, widened_from, probe)
+        ids, widened_from, probe = sample.first(probe, longest=limit if probe_length is None and not tools else probe)
     judge = _Judge(tokenizer, sample, ids, picked, rows, run.match)
     ended = [len(seq) for group in ids for seq in group if _ended(seq, sample.eos)]
     asked = judge(length, funcs, weights)
@@ -530,9 +525,18 @@ class _Sampler:
         self.tool_figures: dict | None = None  # the first draw's, with tools
         self.greedy_ids: dict[int, list] = {}  # length -> the greedy answers, drawn once
 
-    def __call__(self, probe: int) -> list[list[list[int]]]:
+    def first(self, probe: int, longest: int) -> tuple[list[list[list[int]]], int | None, int]:
+        """The draw, to `probe` tokens. Where most samples are still cut there the probe cannot tell how long
+        answers run: the cut ones are continued once, to min(2 x probe, `longest`), from the draw's own KV cache.
+        Returns the completions, the probe they were widened from (None if not) and the length they reached."""
         label = f"pre-flight: {len(self.prompts)} prompts x {self.k} completions"
-        return self._generate(self.prompts, label, max_new_tokens=probe, samples=self.k)
+        state = Resumable() if longest > probe else None
+        ids = self._generate(self.prompts, label, max_new_tokens=probe, samples=self.k, resumable=state)
+        if state is None or _ended_share(ids, self.eos) >= 1 - TRUNCATION_SHARE:
+            return ids, None, probe
+        longer = min(2 * probe, longest)
+        _log.info(f"pre-flight: most samples are still cut at {probe} tokens; continuing them to {longer}")
+        return self.extend(ids, probe, longer, state), probe, longer
 
     def at(self, temperature: float, length: int) -> list[list[list[int]]]:
         """A new draw of the same prompts at another temperature, to `length` tokens."""
@@ -549,30 +553,45 @@ class _Sampler:
                 progress=progress_lines("pre-flight: greedy answers") if self.progress else None)
         return self.greedy_ids[length]
 
-    def extend(self, ids: list[list[list[int]]], start: int, probe: int) -> list[list[list[int]]]:
+    def extend(self, ids: list[list[list[int]]], start: int, probe: int, state: Resumable) -> list[list[list[int]]]:
         """The same draw looked at further: each completion still open at `start` tokens is continued up to
-        `probe` (what sampling it to `probe` from the start would give, at the cost of the added tokens only)."""
+        `probe` (what sampling it to `probe` from the start would give, at the cost of the added tokens only:
+        from `state`, the draw's KV cache, else from the completions as prefixes)."""
         still_open = [(i, j) for i, group in enumerate(ids) for j, seq in enumerate(group)
                       if not _ended(seq, self.eos)]
-        added = self._generate([self.prompts[i] for i, _ in still_open],
-                               f"pre-flight: {len(still_open)} cut completions continued",
-                               max_new_tokens=probe - start, prefixes=[ids[i][j] for i, j in still_open])
+        label = f"pre-flight: {len(still_open)} cut completions continued"
+        with self._next_draw():  # either way the same draw: the same tokens (tests/test_preflight.py)
+            added = resume_ids(self.model, self.tokenizer, state, [i * self.k + j for i, j in still_open],
+                               max_new_tokens=probe - start, progress=progress_lines(label) if self.progress else None)
+            if added is None:
+                added = [more for (more,) in self._draw(
+                    [self.prompts[i] for i, _ in still_open], label, max_new_tokens=probe - start,
+                    prefixes=[ids[i][j] for i, j in still_open])]
         longer = [[list(seq) for seq in group] for group in ids]
-        for (i, j), (more,) in zip(still_open, added, strict=True):
+        for (i, j), more in zip(still_open, added, strict=True):
             longer[i][j] += more
         return longer
 
     def _generate(self, prompts: list, label: str, temperature: float | None = None,
                   **kwargs) -> list[list[list[int]]]:
+        with self._next_draw():
+            return self._draw(prompts, label, temperature, **kwargs)
+
+    def _draw(self, prompts: list, label: str, temperature: float | None = None, **kwargs) -> list[list[list[int]]]:
         c = self.config
         settings = dict(do_sample=True, temperature=c.temperature if temperature is None else temperature,
                         top_p=c.top_p, top_k=c.top_k or None, min_p=c.min_p, repetition_penalty=c.repetition_penalty,
                         batch_size=max(1, len(prompts)))
+        ids = generate_ids(self.model, self.tokenizer, prompts, progress=progress_lines(label) if self.progress
+                           else None, template_kwargs=self.template_kwargs, **settings, **kwargs)
+        return self._with_tools(prompts, ids, settings, kwargs["max_new_tokens"]) if self.tools else ids
+
+    @contextlib.contextmanager
+    def _next_draw(self) -> Iterator[None]:
+        """torch's random numbers for the next draw: the same seed, the same samples and verdict."""
         self.draws += 1
-        with seeded(self.seed * 1000 + self.draws):  # the same seed, the same samples and verdict
-            ids = generate_ids(self.model, self.tokenizer, prompts, progress=progress_lines(label) if self.progress
-                               else None, template_kwargs=self.template_kwargs, **settings, **kwargs)
-            return self._with_tools(prompts, ids, settings, kwargs["max_new_tokens"]) if self.tools else ids
+        with seeded(self.seed * 1000 + self.draws):
+            yield
 
     def _with_tools(self, prompts: list, ids: list, settings: dict, length: int) -> list[list[list[int]]]:
         """Each sample finished with its tool calls, as training's rollouts are; the tokens of the whole rollout

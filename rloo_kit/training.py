@@ -202,10 +202,11 @@ def _learning_rate(model, preset: Preset) -> float:
 
 
 def _validator(task: Task, tokenizer, config: RLOOConfig):
-    """Greedy accuracy on the task's validation rows, at the completion length training samples."""
-    def validate(model) -> float | None:
-        return task.evaluate(model, tokenizer, dataset=task.validation,
-                             max_new_tokens=config.max_completion_length).accuracy
+    """Greedy answers to the task's validation rows, at the completion length training samples: right or not, row
+    by row (None for a task without answers)."""
+    def validate(model) -> list[bool] | None:
+        report = task.evaluate(model, tokenizer, dataset=task.validation, max_new_tokens=config.max_completion_length)
+        return None if report.accuracy is None else [bool(r["correct"]) for r in report.completions]
 
     return validate
 

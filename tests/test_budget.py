@@ -43,9 +43,9 @@ def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(
                                      per_device_train_batch_size=4, num_generations=2, max_completion_length=8,
                                      save_strategy="no", live=False, learning_rate=5e-3)
     assert trainer.args.max_steps == BUDGET_STEPS and trainer.args.lr_scheduler_type == "constant"
-    scripted = iter([0.2, 0.25, 0.6] + [0.4] * 1000)  # the third measurement is the best
+    right = iter([4, 5, 12] + [8] * 1000)  # of 20 rows: the third measurement is the one kept
     seen = []
-    trainer.time_budget.validate = lambda m: (seen.append(m.training), next(scripted))[1]
+    trainer.time_budget.validate = lambda m: (seen.append(m.training), _first_right(next(right), 20))[1]
     rloo_kit.train(trainer)
     curve, best = trainer.time_budget.curve, trainer.time_budget.best
     assert curve[0]["step"] == 0 and len(curve) >= 4 and best == curve[2]
@@ -59,11 +59,37 @@ def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(
     assert json.loads((tmp_path / "best" / "best.json").read_text()) == best
 
 
+def _first_right(n: int, rows: int) -> list[bool]:
+    return [True] * n + [False] * (rows - n)
+
+
+def test_a_step_replaces_the_kept_one_only_with_a_lead_chance_rarely_gives(tmp_path, monkeypatch, caplog):
+    """Ten validation rows, as a small file has: 0.50 -> 0.70 (2 rows better, 0 worse) happens to one step in four
+    by luck alone and keeps step 0; 3 better and 0 worse keeps the step; a step right on as many rows, other ones,
+    does not replace it."""
+    measured = iter([_first_right(5, 10), _first_right(7, 10), _first_right(8, 10),
+                     [False] + [True] * 8 + [False]])
+    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
+    saved = []
+    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
+    with caplog.at_level("INFO", logger="rloo_kit"):
+        for step in (0, 2, 4, 6):
+            budget._measure(step, model=None)
+    assert [p["accuracy"] for p in budget.curve] == [0.5, 0.7, 0.8, 0.8]
+    assert saved == [0, 4] and budget.best == budget.curve[2] and budget.kept_rows == _first_right(8, 10)
+    assert "right on 2 rows it got wrong and wrong on 0 it got right, a lead chance gives too often" in caplog.text
+    assert budget.beats(_first_right(10, 10)) == (False, 2, 0)  # 2 of 2 again: a coin gives it one time in four
+    budget.kept_rows = None  # a kept step from an older checkpoint, known by its accuracy alone
+    assert budget.beats(_first_right(9, 10))[0] and not budget.beats(_first_right(8, 10))[0]
+
+
 def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
     checkpoint = tmp_path / "checkpoint-4"
     checkpoint.mkdir()
     curve = [{"step": 0, "minutes": 0.0, "accuracy": 0.1}, {"step": 4, "minutes": 2.0, "accuracy": 0.3}]
-    (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": 150.0, "curve": curve, "best": curve[1]}))
+    kept_rows = _first_right(3, 10)
+    (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": 150.0, "curve": curve, "best": curve[1],
+                                                     "kept_rows": kept_rows}))
     calls = []
     budget = TimeBudget(5, lambda model: calls.append(model) or 0.0, tmp_path)
 
@@ -72,6 +98,7 @@ def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
 
     budget.on_train_begin(None, State(), None, model=None)
     assert calls == [] and budget.curve == curve and budget.best == curve[1]  # not measured again
+    assert budget.kept_rows == kept_rows  # the next step is held to the kept one's rows
     assert 150.0 <= budget.spent() < 160 and 140 < budget.left() <= 150
 
 

@@ -112,6 +112,22 @@ def test_a_begun_completion_continues_as_if_never_stopped(tiny_lora):
         generate_ids(model, tok, prompts, samples=2, prefixes=[g[0] for g in begun])
 
 
+def test_a_resumed_generation_continues_its_rows_from_the_cache_as_if_never_stopped(tiny_lora):
+    from rloo_kit.evaluation import Resumable, generate_ids, resume_ids
+
+    model, tok = tiny_lora
+    prompts = [[{"role": "user", "content": "Add 3 and 4."}], [{"role": "user", "content": "Say hello to everyone."}]]
+    whole = generate_ids(model, tok, prompts, max_new_tokens=9)
+    state = Resumable()
+    begun = generate_ids(model, tok, prompts, samples=2, max_new_tokens=4, resumable=state)
+    assert begun == generate_ids(model, tok, prompts, samples=2, max_new_tokens=4)  # kept for resuming, as ever
+    rest = resume_ids(model, tok, state, [3], max_new_tokens=5)  # row 3: the second prompt's second sample
+    assert begun[1][1] + rest[0] == whole[1][0] and state.cache is None  # greedy: the same tokens; the cache used up
+    assert resume_ids(model, tok, state, [0], max_new_tokens=5) is None  # used up: prefixes instead
+    with pytest.raises(ValueError, match="a resumable generation is one batch"):
+        generate_ids(model, tok, prompts, batch_size=1, resumable=Resumable())
+
+
 def test_base_and_adapter_from_one_model(tiny_lora):
     model, tok = tiny_lora
     test = rloo_kit.arithmetic_task(n_train=4, n_test=4)["test"]

@@ -275,31 +275,54 @@ def test_fit_task_trains_the_setup_the_report_judged():
 
 def test_a_probe_still_cut_is_widened_by_continuing_its_own_samples(tiny_model_dir, monkeypatch):
     """The random tiny model never ends a reply: the probe (4 x 8 tokens) is widened once, to 64, by continuing
-    the cut samples rather than drawing new ones, so the 32 tokens already sampled are kept and paid once."""
+    the cut samples rather than drawing new ones, so the 32 tokens already sampled are kept and paid once: from
+    the draw's KV cache, or, for a cache that cannot be narrowed to the cut rows, from the samples as prefixes,
+    drawing the very same tokens."""
     from rloo_kit import evaluation
 
     module = importlib.import_module("rloo_kit.preflight_check")  # the package's `preflight` is the function
 
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     data = rloo_kit.arithmetic_task(n_train=24, n_test=4)["train"]
-    calls = []
-    real = evaluation.generate_ids
+    calls, resumed, narrowable = [], [], [True]
+    real_generate, real_resume = evaluation.generate_ids, evaluation.resume_ids
 
     def recorded(model, tokenizer, prompts, **kw):
-        out = real(model, tokenizer, prompts, **kw)
+        out = real_generate(model, tokenizer, prompts, **kw)
+        if kw.get("resumable") is not None and not narrowable[0]:
+            kw["resumable"].cache = object()
         calls.append((kw["max_new_tokens"], kw.get("prefixes"), out))
         return out
 
+    def resume(model, tokenizer, state, rows, **kw):
+        out = real_resume(model, tokenizer, state, rows, **kw)
+        resumed.append((kw["max_new_tokens"], rows, out))
+        return out
+
     monkeypatch.setattr(module, "generate_ids", recorded)
-    r = rloo_kit.preflight(model, tok, data, [correct_answer], preset="cpu", num_generations=2,
-                           max_completion_length=8, n_prompts=4, progress=False)
-    (first, _, drawn), (more, prefixes, added) = calls
-    assert (first, more, r.widened_from, r.probe_length) == (32, 32, 32, 64)
+    monkeypatch.setattr(module, "resume_ids", resume)
+
+    def widened():
+        calls.clear(), resumed.clear()
+        return rloo_kit.preflight(model, tok, data, [correct_answer], preset="cpu", num_generations=2,
+                                  max_completion_length=8, n_prompts=4, progress=False)
+
+    r = widened()
     eos = evaluation.eos_token_ids(model, tok)
-    cut = [seq for group in drawn for seq in group if seq[-1] not in eos]
-    assert prefixes == cut and len(added) == len(cut) > 4  # only the cut ones go on, from where they were
+    ((first, _, drawn),) = calls  # nothing drawn again
+    open_rows = [n for n, seq in enumerate(s for group in drawn for s in group) if seq[-1] not in eos]
+    ((more, rows, added),) = resumed
+    assert (first, more, r.widened_from, r.probe_length) == (32, 32, 32, 64) and rows == open_rows
+    assert len(added) == len(open_rows) > 4  # only the cut ones go on, from where they were
     assert sorted(r.lengths) == sorted([len(s) for g in drawn for s in g if s[-1] in eos]
-                                       + [32 + len(a) for (a,) in added])
+                                       + [32 + len(a) for a in added])
+
+    narrowable[0] = False
+    again = widened()
+    (_, _, drawn_again), (more, prefixes, _) = calls
+    assert resumed[0][2] is None and drawn_again == drawn and more == 32
+    assert prefixes == [seq for group in drawn for seq in group if seq[-1] not in eos]
+    assert again.draw.ids == r.draw.ids  # the same tokens either way
 
 
 def test_on_the_tiny_model_the_report_adds_up(tiny_model_dir):
