@@ -16,12 +16,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from math import comb
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from .distributed import is_main_process
+from .evaluation import sign_test
 
 log = logging.getLogger("rloo_kit")
 
@@ -116,11 +116,13 @@ class TimeBudget(TrainerCallback):
         if self.best is None:
             return True, 0, 0
         if self.kept_rows is None or len(self.kept_rows) != len(rows):
+            if is_main_process():
+                log.info("validation: the kept step's rows are not known row by row (a checkpoint of an older "
+                         "version, or other validation rows); a higher accuracy replaces it")
             return sum(rows) / len(rows) > self.best["accuracy"], 0, 0
         better = sum(new and not old for new, old in zip(rows, self.kept_rows, strict=True))
         worse = sum(old and not new for new, old in zip(rows, self.kept_rows, strict=True))
-        lead_by_chance = sum(comb(better + worse, i) for i in range(better, better + worse + 1)) / 2 ** (better + worse)
-        return better > worse and lead_by_chance <= KEEP_P, better, worse
+        return better > worse and sign_test(better, worse) / 2 <= KEEP_P, better, worse  # one-sided: half of it
 
     def _measure(self, step: int, model) -> None:
         rows = self.validate(model) or None

@@ -246,10 +246,11 @@ def resume_ids(model, tokenizer, state: Resumable, rows: list[int], *, max_new_t
     """Rows `rows` of `state`'s batch (each sample of each prompt, prompt-major; rows that did not end), each
     continued by up to `max_new_tokens` from the batch's KV cache: what `generate_ids` with their completions as
     `prefixes` gives, without reading prompts and completions again (on a CPU that re-read was a fifth of a
-    long pre-flight). Only the new tokens are returned. The cache is used up; None where it cannot be narrowed
-    to the rows (a cache type without `batch_select_indices`), to continue from prefixes instead."""
+    long pre-flight). Only the new tokens are returned. The cache is used up; None where it is not a dynamic
+    cache of keys and values alone (static, quantized, or with a recurrent state: one that `batch_select_indices`
+    would not narrow whole), to continue from prefixes instead."""
     cache, state.cache = state.cache, None
-    if not hasattr(cache, "batch_select_indices"):
+    if not _narrowable(cache):
         return None
     index = torch.tensor(rows, dtype=torch.long, device=state.tokens.device)
     tokens = state.tokens[index]
@@ -264,6 +265,14 @@ def resume_ids(model, tokenizer, state: Resumable, rows: list[int], *, max_new_t
         new = model.generate(input_ids=tokens, attention_mask=mask, past_key_values=cache, generation_config=config,
                              stopping_criteria=watch)
     return [_cut(r, eos) for r in new[:, tokens.shape[1]:].tolist()]
+
+
+def _narrowable(cache) -> bool:
+    """Whether every layer of `cache` keeps plain keys and values that `batch_select_indices` narrows to rows."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    return type(cache) is DynamicCache and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
+                                               for layer in cache.layers)
 
 
 @contextlib.contextmanager

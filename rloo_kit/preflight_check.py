@@ -560,7 +560,7 @@ class _Sampler:
         still_open = [(i, j) for i, group in enumerate(ids) for j, seq in enumerate(group)
                       if not _ended(seq, self.eos)]
         label = f"pre-flight: {len(still_open)} cut completions continued"
-        with self._next_draw():  # either way the same draw: the same tokens (tests/test_preflight.py)
+        with self._next_draw():  # either way the same draw: the same tokens, up to rounding (tests/test_preflight.py)
             added = resume_ids(self.model, self.tokenizer, state, [i * self.k + j for i, j in still_open],
                                max_new_tokens=probe - start, progress=progress_lines(label) if self.progress else None)
             if added is None:

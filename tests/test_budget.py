@@ -91,7 +91,7 @@ def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
     (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": 150.0, "curve": curve, "best": curve[1],
                                                      "kept_rows": kept_rows}))
     calls = []
-    budget = TimeBudget(5, lambda model: calls.append(model) or 0.0, tmp_path)
+    budget = TimeBudget(5, lambda model: calls.append(model) or [True], tmp_path)
 
     class State:
         global_step = 4

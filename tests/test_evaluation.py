@@ -116,14 +116,15 @@ def test_a_resumed_generation_continues_its_rows_from_the_cache_as_if_never_stop
     from rloo_kit.evaluation import Resumable, generate_ids, resume_ids
 
     model, tok = tiny_lora
-    prompts = [[{"role": "user", "content": "Add 3 and 4."}], [{"role": "user", "content": "Say hello to everyone."}]]
+    prompts = ["Add 3 and 4.", "Say hello to everyone, please", "Hi"]  # three lengths: two rows left-padded
     whole = generate_ids(model, tok, prompts, max_new_tokens=9)
+    assert len({tuple(g[0]) for g in whole}) == 3  # three different answers: a wrong row would show
     state = Resumable()
     begun = generate_ids(model, tok, prompts, samples=2, max_new_tokens=4, resumable=state)
     assert begun == generate_ids(model, tok, prompts, samples=2, max_new_tokens=4)  # kept for resuming, as ever
-    rest = resume_ids(model, tok, state, [3], max_new_tokens=5)  # row 3: the second prompt's second sample
-    assert begun[1][1] + rest[0] == whole[1][0] and state.cache is None  # greedy: the same tokens; the cache used up
-    assert resume_ids(model, tok, state, [0], max_new_tokens=5) is None  # used up: prefixes instead
+    rest = resume_ids(model, tok, state, [1, 4], max_new_tokens=5)  # prompt-major: prompt 0's second, prompt 2's first
+    assert [begun[0][1] + rest[0], begun[2][0] + rest[1]] == [whole[0][0], whole[2][0]]  # greedy: the same tokens
+    assert resume_ids(model, tok, state, [0], max_new_tokens=5) is None  # the cache used up: prefixes instead
     with pytest.raises(ValueError, match="a resumable generation is one batch"):
         generate_ids(model, tok, prompts, batch_size=1, resumable=Resumable())
 
