@@ -209,8 +209,7 @@ def generate_ids(model, tokenizer, prompts: list, *, samples: int = 1, do_sample
         for i in range(0, len(rows), batch_size):
             enc = tokenizer.pad({"input_ids": rows[i:i + batch_size]}, padding=True, return_tensors="pt")
             enc = {k: v.repeat_interleave(samples, dim=0).to(model.device) for k, v in enc.items()}
-            watch = StoppingCriteriaList([_Progress(progress, enc["input_ids"].shape[1], max_new_tokens)] if progress
-                                         else [])
+            watch = _Progress.watching(progress, enc["input_ids"].shape[1], max_new_tokens)
             with _evaluating(model), lean_generation(model):
                 new = model.generate(**enc, generation_config=config, stopping_criteria=watch)
             if resumable is not None:
@@ -259,7 +258,7 @@ def resume_ids(model, tokenizer, state: Resumable, rows: list[int], *, max_new_t
     cache.batch_select_indices(index)
     config = copy.deepcopy(state.config)
     config.max_new_tokens, config.return_dict_in_generate = max_new_tokens, False
-    watch = StoppingCriteriaList([_Progress(progress, tokens.shape[1], max_new_tokens)] if progress else [])
+    watch = _Progress.watching(progress, tokens.shape[1], max_new_tokens)
     eos = eos_token_ids(model, tokenizer)
     with _evaluating(model), lean_generation(model):
         new = model.generate(input_ids=tokens, attention_mask=mask, past_key_values=cache, generation_config=config,
@@ -311,6 +310,12 @@ class _Progress(StoppingCriteria):
 
     def __init__(self, report: Callable[[int, int], None], prompt_length: int, total: int):
         self.report, self.prompt_length, self.total = report, prompt_length, total
+
+    @classmethod
+    def watching(cls, report: Callable[[int, int], None] | None, prompt_length: int,
+                 total: int) -> StoppingCriteriaList:
+        """The stopping criteria `generate` is given: this one where there is a `report`, else none."""
+        return StoppingCriteriaList([cls(report, prompt_length, total)] if report else [])
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
         self.report(input_ids.shape[1] - self.prompt_length, self.total)
