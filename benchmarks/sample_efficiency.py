@@ -4,17 +4,20 @@ one seed run back to back so that they share the machine's state:
 
 - plain:  the CLI's defaults (TRL draws prompts uniformly);
 - pool:   `--prompt-pool` (flat prompts rested, seeded by the pre-flight);
+- filter: `--spread-filter` (a step's flat groups left out of its forward and backward passes);
+- pool_filter: both;
 - double: twice the prompts per step (`--batch-size` 2x the preset's), the honest control: more rollouts a
           step also means more groups with spread.
 
 Reported per task and arm: held-out accuracy before and after (the kept, best-validation adapter), the
 paired difference arm - plain over seeds with a bootstrap 95% interval and the sign test over seeds, steps
-taken, and groups with spread that reached the loss per minute (from the run's logs: (1 - TRL's
-frac_reward_zero_std) x prompts a step). Adopt an arm as the default only if it wins with an interval that
+taken, a training step's seconds (TRL's step_time) and groups with spread that reached the loss per minute (from
+the run's logs: (1 - the share of groups flat in the task reward) x prompts a step; every run saves a checkpoint
+every 5 steps for them, the same cost in every arm). Adopt an arm as the default only if it wins with an interval that
 excludes 0 and costs no task more than one held-out prompt on average.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--tasks demo word_sums] [--seeds 0 1 2 3 4] [--minutes 3]
-        [--arms plain pool double] [--reuse]
+        [--arms plain pool filter pool_filter double] [--reuse]
 
 Writes benchmarks/results/sample-efficiency.{json,md} (`--name` another); runs live in runs/bench-efficiency/.
 """
@@ -30,10 +33,13 @@ from pathlib import Path
 from common import REPO, cli_train, load_note, stamp, write
 from sampling_fit import CASES, held_out_right
 
+from rloo_kit.diagnostics import SPREAD_KEY
 from rloo_kit.presets import PRESETS
 
 RUNS = REPO / "runs" / "bench-efficiency"
-ARMS = {"plain": [], "pool": ["--prompt-pool"], "double": ["--batch-size", "{double}"]}
+ARMS = {"plain": [], "pool": ["--prompt-pool"], "filter": ["--spread-filter"],
+        "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"]}
+SAVE_STEPS = 5  # checkpoints, whose logs give the groups with spread a minute
 COMPLETIONS_PER_STEP = PRESETS["cpu"].per_device_train_batch_size  # what "double" doubles
 BOOTSTRAP = 2000
 
@@ -42,28 +48,33 @@ def run(task: str, arm: str, seed: int, minutes: float, reuse: bool) -> dict:
     out = RUNS / f"{task}-{arm}-s{seed}"
     flags = [f.format(double=2 * COMPLETIONS_PER_STEP) for f in ARMS[arm]]
     m, command = cli_train(out, [*CASES[task][1], "--minutes", str(minutes), "--seed", str(seed), "--force",
-                                 "--overwrite", *flags], f"{task} {arm} seed {seed}", reuse)
+                                 "--overwrite", "--save-steps", str(SAVE_STEPS), *flags],
+                           f"{task} {arm} seed {seed}", reuse)
     config = m.get("config") or {}
     return {"task": task, "arm": arm, "seed": seed, "before": m.get("accuracy_before"),
             "after": m.get("accuracy_after"), "steps": m.get("steps"), "minutes": m.get("minutes"),
             "kept_step": (m.get("validation") or {}).get("kept_step"),
-            "spread_groups_per_minute": _spread_per_minute(out, config, m.get("minutes"), m.get("steps")),
+            **_from_logs(out, config, m.get("minutes"), m.get("steps")),
             "right_after": held_out_right(out / "evaluation_after.json"),
             "command": command}
 
 
-def _spread_per_minute(out: Path, config: dict, minutes: float | None, steps: int | None) -> float | None:
-    """Groups with spread in their rewards that reached the loss, per minute of training, from the last
-    checkpoint's log (TRL logs the share of groups without spread each step), over the share of the run's minutes
-    that checkpoint covers. None for a run with no checkpoint (fewer steps than --save-steps)."""
+def _from_logs(out: Path, config: dict, minutes: float | None, steps: int | None) -> dict:
+    """From the last checkpoint's log: groups with spread in their task reward that reached the loss, per minute of
+    training (over the share of the run's minutes that checkpoint covers), and a training step's mean seconds
+    (TRL's step_time, validation not included). None each for a run with no checkpoint."""
     states = sorted(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     if not states or not minutes or not steps or not config.get("num_generations"):
-        return None
+        return {"spread_groups_per_minute": None, "step_seconds": None}
     prompts = config["per_device_train_batch_size"] * config["gradient_accumulation_steps"] // config["num_generations"]
     state = json.loads(states[-1].read_text())
     logs = [h for h in state["log_history"] if "frac_reward_zero_std" in h]
+    # the share flat before the KL penalty where the run logged it: after it, a moved policy makes every group differ
+    flat = [h.get(SPREAD_KEY, h["frac_reward_zero_std"]) for h in logs]
     covered = minutes * state["global_step"] / steps
-    return round(sum((1 - h["frac_reward_zero_std"]) * prompts for h in logs) / covered, 2)
+    times = [h["step_time"] for h in logs if "step_time" in h]
+    return {"spread_groups_per_minute": round(sum((1 - f) * prompts for f in flat) / covered, 2),
+            "step_seconds": round(statistics.fmean(times), 2) if times else None}
 
 
 def paired(runs: list[dict], task: str, arm: str) -> dict:
@@ -85,16 +96,18 @@ def paired(runs: list[dict], task: str, arm: str) -> dict:
 def row(runs: list[dict], task: str, arm: str) -> str:
     mine = [r for r in runs if r["task"] == task and r["arm"] == arm and r["after"] is not None]
     if not mine:
-        return f"| {task} | {arm} | not measured | | | | | |"
+        return f"| {task} | {arm} | not measured | | | | | | |"
     gains = [r["after"] - r["before"] for r in mine]
     per_min = [r["spread_groups_per_minute"] for r in mine if r["spread_groups_per_minute"] is not None]
     d = paired(runs, task, arm) if arm != "plain" else {"n": 0}
     vs = ("-" if arm == "plain" else "not paired" if not d["n"] else
           f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], p = {d['p']:.2g}")
     spread = f"{statistics.fmean(per_min):.1f}" if per_min else "-"
+    times = [r["step_seconds"] for r in mine if r.get("step_seconds") is not None]
+    step = f"{statistics.fmean(times):.1f}" if times else "-"
     return (f"| {task} | {arm} | {len(mine)} | {statistics.fmean(r['before'] for r in mine):.2f} -> "
             f"{statistics.fmean(r['after'] for r in mine):.2f} | {statistics.fmean(gains):+.3f} | {vs} | "
-            f"{statistics.fmean(r['steps'] for r in mine):.0f} | {spread} |")
+            f"{statistics.fmean(r['steps'] for r in mine):.0f} | {step} | {spread} |")
 
 
 def main() -> None:
@@ -112,7 +125,8 @@ def main() -> None:
     runs = [run(task, arm, seed, args.minutes, args.reuse)
             for task in args.tasks for seed in args.seeds for arm in args.arms]
     table = ["| task | arm | seeds | held-out before -> after (mean) | gain | after: arm - plain, paired by seed "
-             "[bootstrap 95%], sign test | steps | groups with spread / min |", "|---|---|---|---|---|---|---|---|"]
+             "[bootstrap 95%], sign test | steps | step s | groups with spread / min |",
+             "|---|---|---|---|---|---|---|---|---|"]
     table += [row(runs, task, arm) for task in args.tasks for arm in args.arms]
     result = {**stamp(), "minutes": args.minutes, "runs": runs}
     write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))

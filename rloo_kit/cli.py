@@ -274,6 +274,8 @@ def cmd_train(args) -> int:
         overrides["minutes"] = args.minutes
     if args.prompt_pool:
         overrides["prompt_pool"] = True
+    if args.spread_filter:
+        overrides["spread_filter"] = True
     if args.tools:
         overrides["max_tool_calls"] = args.max_tool_calls
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
@@ -565,6 +567,9 @@ def _train_parser(sub) -> None:
     tr.add_argument("--prompt-pool", action="store_true", help="draw each step's prompts from a pool that rests "
                     "prompts whose K completions all got the same reward (they teach nothing), seeded by the "
                     "pre-flight; rested prompts come back later and a fifth of each draw stays uniform (one process)")
+    tr.add_argument("--spread-filter", action="store_true", help="leave the groups whose K completions all got the "
+                    "same reward out of each step's forward and backward passes (they teach nothing): cheaper steps, "
+                    "the same update but for those groups' KL pull (one process, one micro-batch a step)")
     tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
                     f"(default: {KIT_DEFAULTS['save_steps']})")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "

@@ -248,8 +248,10 @@ def resume_ids(model, tokenizer, state: Resumable, rows: list[int], *, max_new_t
     long pre-flight). Only the new tokens are returned. The cache is used up; None where it is not a dynamic
     cache of keys and values alone (static, quantized, or with a recurrent state: one that `batch_select_indices`
     would not narrow whole), to continue from prefixes instead."""
+    from .patches.cpu_step import narrowable
+
     cache, state.cache = state.cache, None
-    if not _narrowable(cache):
+    if not narrowable(cache):
         return None
     index = torch.tensor(rows, dtype=torch.long, device=state.tokens.device)
     tokens = state.tokens[index]
@@ -264,14 +266,6 @@ def resume_ids(model, tokenizer, state: Resumable, rows: list[int], *, max_new_t
         new = model.generate(input_ids=tokens, attention_mask=mask, past_key_values=cache, generation_config=config,
                              stopping_criteria=watch)
     return [_cut(r, eos) for r in new[:, tokens.shape[1]:].tolist()]
-
-
-def _narrowable(cache) -> bool:
-    """Whether every layer of `cache` keeps plain keys and values that `batch_select_indices` narrows to rows."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
-
-    return type(cache) is DynamicCache and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
-                                               for layer in cache.layers)
 
 
 @contextlib.contextmanager

@@ -67,7 +67,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
                   eval_dataset: Dataset | None = None, live: bool = True, skip_patches: Collection[str] = (),
-                  minutes: float | None = None, prompt_pool: bool | PromptPool = False,
+                  minutes: float | None = None, prompt_pool: bool | PromptPool = False, spread_filter: bool = False,
                   tools: Sequence[Callable] = (), max_tool_calls: int = MAX_CALLS,
                   **overrides: object) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
@@ -86,6 +86,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     rows (`budget.TimeBudget`, `trainer.time_budget`); needs a Task with answers.
     prompt_pool: draw each step's prompts from a `pool.PromptPool` (True: a fresh one over the training prompts) that
     rests prompts whose groups were flat, in place of TRL's uniform draw (`trainer.prompt_pool`); one process only.
+    spread_filter: each step's log-prob passes and loss cover only its groups whose completions got different task
+    rewards (patch `spread_filter`); one process, one micro-batch a generation.
     tools: Python functions the model may call in its rollouts (a Task made with `tools.with_tools` brings its
     own), at most `max_tool_calls` a completion; a tool's tokens weigh nothing in the loss (patch `tool_rollouts`).
 
@@ -105,12 +107,14 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         skip_patches: names of kit patches not to apply.
         minutes: a time budget in minutes (see above); none when None.
         prompt_pool: True, or a PromptPool, to draw prompts from a pool (see above); False: TRL's uniform draw.
+        spread_filter: True to leave a step's flat groups out of its forward and backward passes (see above).
         tools: Python functions (or `tools.Tool`s) the model may call; the Task's when empty.
         max_tool_calls: the most tool calls one completion may make.
         **overrides: RLOOConfig fields, over the preset's and the Task's.
 
     Returns:
-        The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool` and `rloo_kit_patches` set.
+        The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool`, `spread_filter` and
+        `rloo_kit_patches` set.
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
     if minutes is not None and (task is None or config is not None):
@@ -149,7 +153,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
                           eval_dataset=eval_dataset, processing_class=tokenizer,
                           callbacks=[*filter(None, kit_callbacks), *callbacks])
-    trainer.time_budget, trainer.prompt_pool = budget, pool
+    trainer.time_budget, trainer.prompt_pool, trainer.spread_filter = budget, pool, spread_filter
     trainer.kit_tools = as_tools(tools) if tools else list(task.tools) if task is not None else []
     trainer.kit_tool_format = task.tool_format if task is not None and task.tools else KIT.name
     trainer.max_tool_calls = max_tool_calls

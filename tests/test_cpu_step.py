@@ -395,6 +395,20 @@ def test_repeated_prompts_are_read_once_and_generate_the_same(tiny_model_dir):
     assert _generate(model, distinct, shared=True)[1][0] == (2, distinct["input_ids"].shape[1])  # as before
 
 
+def test_a_cache_that_cannot_be_copied_row_by_row_generates_from_the_prompts_as_they_came(tiny_model_dir,
+                                                                                           monkeypatch):
+    """A quantized cache or a recurrent state is not narrowed by `batch_select_indices`: generation then reads
+    every row's prompt itself, and gives what it gives without the kit."""
+    model, tok = _tiny(tiny_model_dir, dtype=torch.float32)
+    batch = _batch(tok, [t for t in ["Add 3 and 4, then say the sum.", "Hi"] for _ in range(3)])
+    plain, _ = _generate(model, batch, shared=False)
+    monkeypatch.setattr(cpu_step, "narrowable", lambda cache: False)
+    fallen_back, shapes = _generate(model, batch, shared=True)
+    assert torch.equal(fallen_back.sequences, plain.sequences)
+    n = batch["input_ids"].shape[1]
+    assert shapes[:2] == [(2, n - 1), (6, n)]  # the distinct prompts read, then every row from its start
+
+
 @needs_packing
 def test_fp32_and_trainable_layers_are_not_packed(tiny_model_dir):
     model, _ = _tiny(tiny_model_dir, dtype=torch.float32)

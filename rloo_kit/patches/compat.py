@@ -280,30 +280,43 @@ def _adapters_on(model) -> bool:
     return not layer.disable_adapters and "ref" not in layer.active_adapters
 
 
+def task_rewards(trainer, per_func: torch.Tensor) -> torch.Tensor:
+    """TRL's total reward of each completion before the KL penalty, from its rewards per function: the weighted sum,
+    NaN where every function left the completion unscored."""
+    rewards = (per_func * trainer.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+    return rewards
+
+
+def group_spread(trainer, per_func: torch.Tensor) -> torch.Tensor:
+    """The spread (standard deviation) of each group's task reward, from `per_func` (TRL's rewards per function, a
+    row per completion): TRL's total as it takes it before the KL penalty (unscorable rows left out, then clipped),
+    grouped by the trainer's group size for its mode. NaN for a group with fewer than two scorable rows."""
+    from trl.trainer.utils import nanstd
+
+    rewards = task_rewards(trainer, per_func)
+    if trainer.reward_clip_range:
+        rewards = rewards.clamp(*trainer.reward_clip_range)
+    group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+    return nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
+
+
 def log_task_reward_spread(trainer) -> None:
     """Log, each step, the share of prompts whose completions all got the same reward from the reward
     functions, as `frac_task_reward_zero_std`. TRL's `frac_reward_zero_std` is taken after RLOO subtracts
     beta x KL from each reward, and completions that differ have different KL: once the policy has moved
     from the reference, a group with one reward for every completion no longer counts, and reward collapse
     goes unseen. Wraps TRL's `_calculate_rewards` (which returns every process's rewards per function)."""
-    from trl.trainer.utils import nanstd
-
     from ..diagnostics import SPREAD_KEY
 
     calculate = trainer._calculate_rewards
 
     def calculate_rewards(*args, **kwargs):
         per_func = calculate(*args, **kwargs)
-        # TRL's total, as it takes it before the KL penalty: unscorable rows left out, then clipped
-        rewards = (per_func * trainer.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
-        if trainer.reward_clip_range:
-            rewards = rewards.clamp(*trainer.reward_clip_range)
-        training = trainer.model.training  # TRL's mode: "train" or "eval", each with its group size
-        group = trainer.num_generations if training else trainer.num_generations_eval
-        std = nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
+        mode = "train" if trainer.model.training else "eval"  # TRL's mode, each with its group size
+        std = group_spread(trainer, per_func)
         zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()  # as TRL: a NaN spread is not zero
-        trainer._metrics["train" if training else "eval"][SPREAD_KEY].append(zero)
+        trainer._metrics[mode][SPREAD_KEY].append(zero)
         return per_func
 
     trainer._calculate_rewards = calculate_rewards

@@ -83,7 +83,7 @@ def categorical_sampling() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _overriding(name: str, overrides: list[tuple[object, object]]) -> Iterator[None]:
+def overriding(name: str, overrides: list[tuple[object, object]]) -> Iterator[None]:
     """For the duration, each object's instance attribute `name` is its override; then what it was before
     (an outer override, or none: the class's again). Overrides nest."""
     before = [vars(obj).get(name, _NONE) for obj, _ in overrides]
@@ -150,7 +150,7 @@ def packed_weights(model: torch.nn.Module, modules: list[torch.nn.Module] | None
     """For the duration, linear layers packed by `pack_frozen_weights` (`modules`, found in `model` when
     None) compute no-grad bf16 batches with their packed weight; everything else runs as before."""
     modules = packed_modules(model) if modules is None else modules
-    with _overriding("forward", [(m, m._rloo_kit_packed) for m in modules]):
+    with overriding("forward", [(m, m._rloo_kit_packed) for m in modules]):
         yield
 
 
@@ -237,7 +237,7 @@ def lean_lora(model: torch.nn.Module, layers: list[torch.nn.Module] | None = Non
     in `model` when None) compute no-grad bf16 or fp32 batches with `_lean_lora_forward`; anything else goes to
     PEFT."""
     layers = tuner_layers(model) if layers is None else layers
-    with _overriding("forward", _plain_lora_overrides(layers, _lean_lora_forward)):
+    with overriding("forward", _plain_lora_overrides(layers, _lean_lora_forward)):
         yield
 
 
@@ -246,7 +246,7 @@ def lean_lora_training(model: torch.nn.Module, layers: list[torch.nn.Module] | N
     """For the duration (a training step under CPU autocast), plain LoRA layers run
     `_lean_lora_training_forward`; any other layer goes to PEFT."""
     layers = tuner_layers(model) if layers is None else layers
-    with _overriding("forward", _plain_lora_overrides(layers, _lean_lora_training_forward)):
+    with overriding("forward", _plain_lora_overrides(layers, _lean_lora_training_forward)):
         yield
 
 
@@ -256,7 +256,7 @@ def input_casts(model: torch.nn.Module, enabled: bool, layers: list[torch.nn.Mod
     step, where autocast picks the dtypes (what `peft.helpers.disable_input_dtype_casting` does, without its
     two walks over the model); on again while sampling, which runs without autocast."""
     layers = tuner_layers(model) if layers is None else layers
-    with _overriding("cast_input_dtype_enabled", [(m, enabled) for m in layers]):
+    with overriding("cast_input_dtype_enabled", [(m, enabled) for m in layers]):
         yield
 
 
@@ -294,6 +294,15 @@ def _no_grad_disable_adapter(model, layers: list[torch.nn.Module]):
     return disable_adapter
 
 
+def narrowable(cache) -> bool:
+    """Whether every layer of `cache` keeps plain keys and values, which `batch_select_indices` selects rows of
+    whole (a static, quantized or recurrent cache it would not)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    return type(cache) is DynamicCache and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
+                                               for layer in cache.layers)
+
+
 def _shared_prompt_generate(model: torch.nn.Module, generate):
     """`model.generate` that reads each distinct prompt once. RLOO samples several completions per prompt,
     and transformers repeats the prompt's whole pass for each: here the distinct prompts (all but their
@@ -314,6 +323,8 @@ def _shared_prompt_generate(model: torch.nn.Module, generate):
         positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)  # as generate numbers left-padded rows
         cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                       logits_to_keep=1).past_key_values
+        if not narrowable(cache):  # a recurrent state or a quantized cache: not copied row by row here
+            return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         cache.batch_select_indices(row)
         return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
 
@@ -323,7 +334,7 @@ def _shared_prompt_generate(model: torch.nn.Module, generate):
 @contextlib.contextmanager
 def shared_prompts(model: torch.nn.Module) -> Iterator[None]:
     """For the duration, `model.generate` reads each distinct prompt once (`_shared_prompt_generate`)."""
-    with _overriding("generate", [(model, _shared_prompt_generate(model, model.generate))]):
+    with overriding("generate", [(model, _shared_prompt_generate(model, model.generate))]):
         yield
 
 
@@ -375,7 +386,7 @@ def bf16_step(trainer) -> bool:
     def bf16_training_step(self, *args, **kwargs):
         with (torch.autocast("cpu", dtype=torch.bfloat16), input_casts(model, False, layers),
               packed_weights(model, packed), lean_lora_training(model, layers),
-              _overriding("disable_adapter", reference_switch)):
+              overriding("disable_adapter", reference_switch)):
             return training_step(*args, **kwargs)
 
     trainer.training_step = types.MethodType(bf16_training_step, trainer)

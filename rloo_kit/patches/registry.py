@@ -137,6 +137,17 @@ PATCHES: tuple[Patch, ...] = (
                              "tests/test_pool.py::test_a_pooled_run_trains_and_its_pool_resumes"),
           apply="rloo_kit.patches.pool_sampler:use_prompt_pool", devices=None, when="prompt_pool=True, one process",
           asked_by="prompt_pool"),
+    Patch("spread_filter", "a step's log-prob passes, KL and loss on its groups with spread in the task reward only, "
+          "their advantages scaled by the share kept (the trainer's `_generate_and_score_completions` rebound on "
+          "the instance: sampling and scoring first, then TRL's own on those groups, its `_generate` and "
+          "`_calculate_rewards` answered with what was sampled and scored); only where the run asks for it",
+          targets=(f"{RLOO}._generate_and_score_completions", f"{RLOO}._generate", f"{RLOO}._calculate_rewards",
+                   f"{RLOO}()._metrics", f"{RLOO}()._logs", f"{RLOO}()._pending_extra_logs",
+                   f"{RLOO}().reward_func_names", "trl.trainer.utils.nanstd"),
+          tested=TRL, tests=("tests/test_spread_filter.py::test_flat_groups_stay_out_of_the_step_and_the_logs_see_them",
+                             "tests/test_spread_filter.py::test_a_filtered_step_is_trls_step_on_the_groups_with_spread"),
+          apply="rloo_kit.patches.spread_filter:use_spread_filter", devices=None,
+          when="spread_filter=True, one process, one micro-batch a generation, no tools", asked_by="spread_filter"),
     Patch("tool_rollouts", "rollouts that call tools (`rloo_kit.tools`): after TRL's first turn each call is run and "
           "sampling goes on; a tool's tokens weigh 0 in the old log-probs, the KL and the loss (four of RLOOTrainer's "
           "private methods rebound on the instance, the log-prob pass outermost); the step's length figures are "
