@@ -301,6 +301,12 @@ def group_spread(trainer, per_func: torch.Tensor) -> torch.Tensor:
     return nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
 
 
+def zero_spread_share(spread: torch.Tensor) -> float:
+    """The share of groups whose spread (`group_spread`) is zero, as TRL counts its frac_reward_zero_std: a NaN
+    spread is not zero."""
+    return torch.isclose(spread, torch.zeros_like(spread)).float().mean().item()
+
+
 def log_task_reward_spread(trainer) -> None:
     """Log, each step, the share of prompts whose completions all got the same reward from the reward
     functions, as `frac_task_reward_zero_std`. TRL's `frac_reward_zero_std` is taken after RLOO subtracts
@@ -314,9 +320,7 @@ def log_task_reward_spread(trainer) -> None:
     def calculate_rewards(*args, **kwargs):
         per_func = calculate(*args, **kwargs)
         mode = "train" if trainer.model.training else "eval"  # TRL's mode, each with its group size
-        std = group_spread(trainer, per_func)
-        zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()  # as TRL: a NaN spread is not zero
-        trainer._metrics[mode][SPREAD_KEY].append(zero)
+        trainer._metrics[mode][SPREAD_KEY].append(zero_spread_share(group_spread(trainer, per_func)))
         return per_func
 
     trainer._calculate_rewards = calculate_rewards

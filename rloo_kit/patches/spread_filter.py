@@ -30,7 +30,7 @@ import logging
 
 import torch
 
-from .compat import group_spread, task_rewards
+from .compat import group_spread, task_rewards, zero_spread_share
 from .cpu_step import overriding
 from .private import trl_metrics
 
@@ -72,8 +72,7 @@ def use_spread_filter(trainer) -> bool:
             out = score([inputs[i] for i in rows])
         out["advantages"] = out["advantages"] * (len(kept) / len(flat))
         metrics = trl_metrics(trainer)
-        zero = torch.isclose(spread, torch.zeros_like(spread)).float().mean().item()  # as frac_task_reward_zero_std
-        every_group = {**reward_metrics(trainer, per_func), "frac_reward_zero_std": zero}
+        every_group = {**reward_metrics(trainer, per_func), "frac_reward_zero_std": zero_spread_share(spread)}
         for key, value in every_group.items():
             if metrics.get(key):
                 metrics[key][-1] = value  # TRL's figure for the kept groups, put back to every group's
