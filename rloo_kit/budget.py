@@ -20,13 +20,16 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .distributed import is_main_process
+from .distributed import agreed, is_main_process
 from .evaluation import sign_test
 
 log = logging.getLogger("rloo_kit")
 
 BUDGET_STEPS = 10**6  # max_steps of a budgeted run: the clock stops it, so the learning rate is kept constant
 MEASUREMENTS = 6  # validation measurements spread over the budget, besides the one at step 0
+# the most of the budget measuring may take: where a pass is slow beside the budget (20 s a pass, 50 s a step, a
+# 3-minute budget: a label file's on a 2-core CPU), measurements wait longer than budget/MEASUREMENTS apart
+VALIDATION_SHARE = 0.25
 BEST_DIR = "best"  # inside output_dir: the adapter of the step kept so far
 STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
@@ -45,9 +48,11 @@ def validation_rows(n_train: int) -> int:
 class TimeBudget(TrainerCallback):
     """Stops training once `minutes` of it are spent (validation included; a resumed run counts what its first
     attempt spent), measuring `validate(model) -> [right or not, per validation row]` (None without answers) at
-    step 0 and every budget/MEASUREMENTS, and at the stop. Each step that beats the kept one (`beats`) is saved
-    to output_dir/best; at the end the model holds it again, so that the adapter `train` writes, and the accuracy
-    measured after, are the kept step's.
+    step 0, every budget/MEASUREMENTS (further apart where measuring would take more than VALIDATION_SHARE of the
+    time), and at the stop. The last step is the one that ends nearest the budget, its measurement included: the
+    run stops early rather than start a step that would overrun by more. Each step that beats the kept one
+    (`beats`) is saved to output_dir/best; at the end the model holds it again, so that the adapter `train`
+    writes, and the accuracy measured after, are the kept step's.
 
     `curve`: [{"step", "minutes", "accuracy"}], `best`: the kept one of them."""
 
@@ -60,6 +65,8 @@ class TimeBudget(TrainerCallback):
         self._start = time.time()
         self._best_weights: dict | None = None
         self._unlogged: float | None = None  # a measurement the next log has not carried yet
+        self._step_began = self._step_seconds = self._measure_seconds = 0.0  # the latest step's and measurement's
+        self._steps_timed = 0  # by this process: its first step carries its warm-up (Unsloth compiles in it)
 
     def spent(self) -> float:
         """Seconds of the budget spent so far."""
@@ -75,19 +82,40 @@ class TimeBudget(TrainerCallback):
             self._measure(state.global_step, model)
         return control
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_began = self.spent()
+        return control
+
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        last = self.curve[-1]["minutes"] * 60 if self.curve else 0.0
-        if self.spent() >= self.seconds:
+        self._step_seconds, self._steps_timed = self.spent() - self._step_began, self._steps_timed + 1
+        due = self._measurement_due()
+        stop, due = agreed((self._stop_now(due), due))  # the main process's clock decides for every process
+        if stop:
             if self.curve[-1]["step"] != state.global_step:
                 self._measure(state.global_step, model)
             control.should_training_stop = True
             if is_main_process():
                 kept = (f"keeping step {self.best['step']} (validation accuracy {self.best['accuracy']:.2f})"
                         if self.best else "no validation accuracy (no answers): keeping the last step")
-                log.info(f"time budget of {self.seconds / 60:g} min spent at step {state.global_step}; {kept}")
-        elif self.spent() - last >= self.seconds / MEASUREMENTS:
+                log.info(f"time budget of {self.seconds / 60:g} min: stopped at step {state.global_step}, "
+                         f"{self.spent() / 60:.1f} min spent; {kept}")
+        elif due:
             self._measure(state.global_step, model)
         return control
+
+    def _measurement_due(self) -> bool:
+        since = self.spent() - (self.curve[-1]["minutes"] * 60 if self.curve else 0.0)
+        return since >= max(self.seconds / MEASUREMENTS, self._measure_seconds * (1 / VALIDATION_SHARE - 1))
+
+    def _stop_now(self, measurement_due: bool) -> bool:
+        """Whether stopping now, and measuring this step, ends nearer the budget than another step would, after
+        the measurement due now (if one is) and with its own at its end: the latest step and measurement taken as
+        what the next ones cost. A process's first step is not (a warm-up, a compile): after it, the run goes on
+        while time is left."""
+        if self._steps_timed < 2:
+            return self.left() <= 0
+        another = self._step_seconds + self._measure_seconds * measurement_due
+        return self.left() <= self._measure_seconds + another / 2
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The latest measurement rides on the next training log as `validation/accuracy` (step 0's on step 1's),
@@ -125,7 +153,9 @@ class TimeBudget(TrainerCallback):
         return better > worse and sign_test(better, worse) / 2 <= KEEP_P, better, worse  # one-sided: half of it
 
     def _measure(self, step: int, model) -> None:
+        began = self.spent()
         rows = self.validate(model) or None
+        self._measure_seconds = self.spent() - began
         accuracy = None if rows is None else sum(rows) / len(rows)
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
         self.curve.append(point)

@@ -50,6 +50,17 @@ def barrier() -> None:
     state().wait_for_everyone()
 
 
+def agreed(value):
+    """The main process's `value`, on every process (`value` itself with one process). A decision each process
+    would take from its own clock (a time budget's: stop, measure) must be the same everywhere, or one process
+    waits at the next collective step for the others forever."""
+    if world_size() == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
+
+
 def shards_parameters(trainer) -> bool:
     """True when the model's weights are split across processes (DeepSpeed ZeRO-3 or FSDP): saving it
     is then a collective step that every process must reach together."""

@@ -28,12 +28,12 @@ def train_cmd(model_dir, out, *extra, steps: int = 12) -> list[str]:
     return [sys.executable, "-m", "rloo_kit.cli", *train_args(model_dir, out, *extra, steps=steps)]
 
 
-def launch_cmd(processes: int, *cli_args: str) -> list[str]:
-    """`accelerate launch` of `rloo-kit` with the shipped DDP config: on a machine without a GPU it starts
-    `processes` CPU processes joined by gloo. A free port each time, so that runs side by side do not meet."""
+def launch_cmd(processes: int, *cli_args: str, program: tuple[str, ...] = ("-m", "rloo_kit.cli")) -> list[str]:
+    """`accelerate launch` of `rloo-kit` (or another `program`: a script's path) with the shipped DDP config: on a
+    machine without a GPU it starts `processes` CPU processes joined by gloo. A free port each time, so that runs
+    side by side do not meet."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
-            "--num_processes", str(processes), "--main_process_port", str(free_port()), "-m", "rloo_kit.cli",
-            *cli_args]
+            "--num_processes", str(processes), "--main_process_port", str(free_port()), *program, *cli_args]
 
 
 def kill_tree(proc) -> None:

@@ -5,6 +5,7 @@ ZeRO-3 the same way where DeepSpeed is installed. Plus the shipped configs and t
 error, which need no launch."""
 
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -113,6 +114,50 @@ def test_global_batch_of_partial_groups_is_refused_before_any_step(tiny_model_di
     assert re.search(r"per_device_train_batch_size 3 x 2 process", done.stderr), done.stderr[-3000:]
     assert "num_generations=4" in done.stderr
     assert not step_lines(done.stdout) and not checkpoint_steps(out) and not (out / "adapter").exists()
+
+
+BUDGET_RANKS = """
+import json, sys
+from transformers import TrainerControl, TrainerState
+from rloo_kit import budget
+from rloo_kit.distributed import process_index
+
+rank = process_index()
+
+
+class Clock:  # each process's own: the second one's steps take longer
+    now = 0.0
+
+    def time(self):
+        return self.now
+
+
+budget.time = clock = Clock()
+run = budget.TimeBudget(1, lambda model: [True], sys.argv[1])
+run._keep = lambda model: None
+state, control = TrainerState(), TrainerControl()
+run.on_train_begin(None, state, control)
+while not control.should_training_stop:
+    run.on_step_begin(None, state, control)
+    clock.now += 10 + 3 * rank
+    state.global_step += 1
+    run.on_step_end(None, state, control)
+print("RANK", json.dumps([rank, state.global_step, [point["step"] for point in run.curve]]), flush=True)
+"""
+
+
+def test_a_time_budget_stops_and_measures_every_process_at_the_same_step(tmp_path):
+    """Each process reads its own clock; had each decided from it, the second, whose steps take 13 s to the
+    first's 10 in a one-minute budget, would stop a step early and leave the first waiting at its next
+    collective step. The main process's clock decides for both."""
+    script = tmp_path / "budget_ranks.py"
+    script.write_text(BUDGET_RANKS)
+    done = run(launch_cmd(2, str(tmp_path), program=(str(script),)), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = sorted(json.loads(line.split("RANK ", 1)[1]) for line in done.stdout.splitlines() if "RANK " in line)
+    assert [rank for rank, _, _ in ranks] == [0, 1]
+    (_, steps, measured), (_, steps_1, measured_1) = ranks
+    assert steps == steps_1 == 6 and measured == measured_1 and measured[-1] == 6, ranks
 
 
 @pytest.mark.parametrize("stage", [2, 3])

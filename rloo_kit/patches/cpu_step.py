@@ -53,6 +53,8 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
+from .patch import overriding
+
 _multinomial = torch.multinomial
 PACKED_ROWS = 64  # the batch oneDNN packs a weight for (it serves any batch); up to it, a decoding token's rows
 
@@ -80,26 +82,6 @@ def categorical_sampling() -> Iterator[None]:
         yield
     finally:
         torch.multinomial = _multinomial
-
-
-@contextlib.contextmanager
-def overriding(name: str, overrides: list[tuple[object, object]]) -> Iterator[None]:
-    """For the duration, each object's instance attribute `name` is its override; then what it was before
-    (an outer override, or none: the class's again). Overrides nest."""
-    before = [vars(obj).get(name, _NONE) for obj, _ in overrides]
-    for obj, value in overrides:
-        setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        for (obj, _), value in zip(overrides, before, strict=True):
-            if value is _NONE:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, value)
-
-
-_NONE = object()
 
 
 def _packable(module: torch.nn.Module) -> bool:

@@ -1,10 +1,13 @@
-"""What a patch is, and the two questions the door asks of one: are its targets there, and is its library's
-version one its equivalence tests passed on?"""
+"""What a patch is, the two questions the door asks of one (are its targets there, and is its library's
+version one its equivalence tests passed on?), and `overriding`, how the kit's own code holds one in place for
+the length of a call."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -110,3 +113,23 @@ def present(target: str, instance: object = None) -> bool:
     if not marker:
         return True
     return hasattr(instance, attr) if isinstance(obj, type) and isinstance(instance, obj) else isinstance(obj, type)
+
+
+_NONE = object()
+
+
+@contextlib.contextmanager
+def overriding(name: str, overrides: list[tuple[object, object]]) -> Iterator[None]:
+    """For the duration, each object's instance attribute `name` is its override; then what it was before
+    (an outer override, or none: the class's again). Overrides nest."""
+    before = [vars(obj).get(name, _NONE) for obj, _ in overrides]
+    for obj, value in overrides:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for (obj, _), value in zip(overrides, before, strict=True):
+            if value is _NONE:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)

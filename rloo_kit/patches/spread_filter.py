@@ -31,7 +31,7 @@ import logging
 import torch
 
 from .compat import group_spread, task_rewards, zero_spread_share
-from .cpu_step import overriding
+from .patch import overriding
 from .private import trl_metrics
 
 log = logging.getLogger("rloo_kit")
