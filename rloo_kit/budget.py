@@ -66,7 +66,7 @@ class TimeBudget(TrainerCallback):
         self._best_weights: dict | None = None
         self._unlogged: float | None = None  # a measurement the next log has not carried yet
         self._step_began = self._step_seconds = self._measure_seconds = 0.0  # the latest step's and measurement's
-        self._steps_timed = 0  # by this process: its first step carries its warm-up (Unsloth compiles in it)
+        self._steps_timed = self._passes_timed = 0  # by this process: its first of each carries its warm-up
 
     def spent(self) -> float:
         """Seconds of the budget spent so far."""
@@ -104,8 +104,11 @@ class TimeBudget(TrainerCallback):
         return control
 
     def _measurement_due(self) -> bool:
+        """budget/MEASUREMENTS since the last measurement, or more where the latest pass (not a process's first,
+        which warms up: 12 s on the demo, 8 s after) says measuring would take more than VALIDATION_SHARE."""
         since = self.spent() - (self.curve[-1]["minutes"] * 60 if self.curve else 0.0)
-        return since >= max(self.seconds / MEASUREMENTS, self._measure_seconds * (1 / VALIDATION_SHARE - 1))
+        pass_seconds = self._measure_seconds if self._passes_timed > 1 else 0.0
+        return since >= max(self.seconds / MEASUREMENTS, pass_seconds * (1 / VALIDATION_SHARE - 1))
 
     def _stop_now(self, measurement_due: bool) -> bool:
         """Whether stopping now, and measuring this step, ends nearer the budget than another step would, after
@@ -155,7 +158,7 @@ class TimeBudget(TrainerCallback):
     def _measure(self, step: int, model) -> None:
         began = self.spent()
         rows = self.validate(model) or None
-        self._measure_seconds = self.spent() - began
+        self._measure_seconds, self._passes_timed = self.spent() - began, self._passes_timed + 1
         accuracy = None if rows is None else sum(rows) / len(rows)
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
         self.curve.append(point)
