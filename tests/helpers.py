@@ -1,11 +1,13 @@
 """What tests share: the arguments of a tiny `rloo-kit train` run, the command that runs it in one process
-and the one that runs it in several under `accelerate launch`, and TRL's own trainer on the tiny model."""
+and the one that runs it in several under `accelerate launch`, TRL's own trainer on the tiny model, and a time
+budget driven by a clock the test moves."""
 
 from __future__ import annotations
 
 import json
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .conftest import REPO
@@ -34,6 +36,30 @@ def launch_cmd(processes: int, *cli_args: str, program: tuple[str, ...] = ("-m",
     side by side do not meet."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
             "--num_processes", str(processes), "--main_process_port", str(free_port()), *program, *cli_args]
+
+
+class BudgetClock:
+    """`rloo_kit.budget`'s clock in a test: it moves only when the test moves it."""
+
+    now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float]):
+    """Drive `budget` (a TimeBudget) as the Trainer does: training begins, then step after step, the one after
+    step N taking step_seconds(N) on `clock`, until the budget stops the run. Returns the TrainerState."""
+    from transformers import TrainerControl, TrainerState
+
+    state, control = TrainerState(), TrainerControl()
+    budget.on_train_begin(None, state, control)
+    while not control.should_training_stop:
+        budget.on_step_begin(None, state, control)
+        clock.now += step_seconds(state.global_step)
+        state.global_step += 1
+        budget.on_step_end(None, state, control)
+    return state
 
 
 def kill_tree(proc) -> None:

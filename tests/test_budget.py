@@ -6,12 +6,13 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import TrainerControl, TrainerState
 
 import rloo_kit
 from rloo_kit import budget as budget_module
 from rloo_kit.budget import BUDGET_STEPS, STATE_FILE, VALIDATION_SHARE, TimeBudget, validation_rows
 from rloo_kit.cli import main
+
+from .helpers import BudgetClock, run_budget
 
 
 def test_validation_rows_are_carved_from_training_rows_never_the_test_split():
@@ -97,13 +98,7 @@ def test_a_budget_measures_a_quarter_of_its_time_at_most_and_ends_nearest_its_mi
     budget/MEASUREMENTS still; a task without answers (nothing to measure) stops within half a step of it. A
     first step that compiles (Unsloth's, 50-80 s on an H100), or a first pass that warms up, is not taken for
     what the next ones cost."""
-    class Clock:  # the budget's clock, moved on by the steps and passes below only
-        now = 0.0
-
-        def time(self):
-            return self.now
-
-    clock = Clock()
+    clock = BudgetClock()
     monkeypatch.setattr(budget_module, "time", clock)
 
     def validate(model):
@@ -112,13 +107,7 @@ def test_a_budget_measures_a_quarter_of_its_time_at_most_and_ends_nearest_its_mi
 
     budget = TimeBudget(3, validate, tmp_path)
     monkeypatch.setattr(budget, "_keep", lambda model: None)
-    state, control = TrainerState(), TrainerControl()
-    budget.on_train_begin(None, state, control)
-    while not control.should_training_stop:
-        budget.on_step_begin(None, state, control)
-        clock.now += step_seconds + (warm_up if state.global_step == 0 else 0)
-        state.global_step += 1
-        budget.on_step_end(None, state, control)
+    state = run_budget(budget, clock, lambda step: step_seconds + (warm_up if step == 0 else 0))
     assert [point["step"] for point in budget.curve] == measured and state.global_step == measured[-1]
     assert abs(budget.spent() - 180) <= (step_seconds + validation_seconds) / 2  # the end nearest 3 minutes
     between = len(budget.curve) - 2  # the measurements besides step 0's and the stop's

@@ -118,30 +118,17 @@ def test_global_batch_of_partial_groups_is_refused_before_any_step(tiny_model_di
 
 BUDGET_RANKS = """
 import json, sys
-from transformers import TrainerControl, TrainerState
+
+sys.path.insert(0, sys.argv[2])
 from rloo_kit import budget
 from rloo_kit.distributed import process_index
+from tests.helpers import BudgetClock, run_budget
 
 rank = process_index()
-
-
-class Clock:  # each process's own: the second one's steps take longer
-    now = 0.0
-
-    def time(self):
-        return self.now
-
-
-budget.time = clock = Clock()
+budget.time = clock = BudgetClock()  # each process's own: the second one's steps take longer
 run = budget.TimeBudget(1, lambda model: [True], sys.argv[1])
 run._keep = lambda model: None
-state, control = TrainerState(), TrainerControl()
-run.on_train_begin(None, state, control)
-while not control.should_training_stop:
-    run.on_step_begin(None, state, control)
-    clock.now += 10 + 3 * rank
-    state.global_step += 1
-    run.on_step_end(None, state, control)
+state = run_budget(run, clock, lambda step: 10 + 3 * rank)
 print("RANK", json.dumps([rank, state.global_step, [point["step"] for point in run.curve]]), flush=True)
 """
 
@@ -152,7 +139,7 @@ def test_a_time_budget_stops_and_measures_every_process_at_the_same_step(tmp_pat
     collective step. The main process's clock decides for both."""
     script = tmp_path / "budget_ranks.py"
     script.write_text(BUDGET_RANKS)
-    done = run(launch_cmd(2, str(tmp_path), program=(str(script),)), timeout=300)
+    done = run(launch_cmd(2, str(tmp_path), str(REPO), program=(str(script),)), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = sorted(json.loads(line.split("RANK ", 1)[1]) for line in done.stdout.splitlines() if "RANK " in line)
     assert [rank for rank, _, _ in ranks] == [0, 1]
