@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -51,6 +52,17 @@ def measure(**settings) -> dict:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def bootstrap(diffs: list[float], resamples: int = 2000) -> dict:
+    """Paired differences (one per seed): their mean, a bootstrap 95% interval of it, and the sign test's p."""
+    from rloo_kit.evaluation import sign_test
+
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    return {"n": len(diffs), "mean": statistics.fmean(diffs), "low": means[int(0.025 * resamples)],
+            "high": means[int(0.975 * resamples) - 1],
+            "p": sign_test(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))}
 
 
 def load_note(result: dict) -> str:

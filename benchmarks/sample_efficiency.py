@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 from pathlib import Path
 
-from common import REPO, cli_train, load_note, stamp, write
+from common import REPO, bootstrap, cli_train, load_note, stamp, write
 from sampling_fit import CASES, held_out_right
 
 from rloo_kit.diagnostics import SPREAD_KEY
@@ -41,7 +40,6 @@ ARMS = {"plain": [], "pool": ["--prompt-pool"], "filter": ["--spread-filter"],
         "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"]}
 SAVE_STEPS = 5  # checkpoints, whose logs give the groups with spread a minute
 COMPLETIONS_PER_STEP = PRESETS["cpu"].per_device_train_batch_size  # what "double" doubles
-BOOTSTRAP = 2000
 
 
 def run(task: str, arm: str, seed: int, minutes: float, reuse: bool) -> dict:
@@ -79,18 +77,10 @@ def _from_logs(out: Path, config: dict, minutes: float | None, steps: int | None
 
 def paired(runs: list[dict], task: str, arm: str) -> dict:
     """arm - plain, held-out accuracy after, paired by seed: mean, bootstrap 95% interval, sign test."""
-    from rloo_kit.evaluation import sign_test
-
     by_seed = {r["seed"]: r for r in runs if r["task"] == task and r["arm"] == "plain" and r["after"] is not None}
     diffs = [r["after"] - by_seed[r["seed"]]["after"] for r in runs
              if r["task"] == task and r["arm"] == arm and r["after"] is not None and r["seed"] in by_seed]
-    if not diffs:
-        return {"n": 0}
-    rng = random.Random(0)
-    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(BOOTSTRAP))
-    low, high = means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]
-    return {"n": len(diffs), "mean": statistics.fmean(diffs), "low": low, "high": high,
-            "p": sign_test(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))}
+    return bootstrap(diffs) if diffs else {"n": 0}
 
 
 def row(runs: list[dict], task: str, arm: str) -> str:

@@ -16,6 +16,7 @@ from rloo_kit.preflight_check import (
     PromptStats,
     RewardStats,
     Setup,
+    _fit_sampling,
     _suggest,
     _totals,
     _unpaid,
@@ -144,6 +145,53 @@ def test_samples_wrong_where_greedy_answers_are_right_are_noise_and_the_fix_is_c
     unprobed = report(greedy_pass_rate=0.53, temperature=0.7, **dict(NOISY, flat_fraction=0.78))
     assert unprobed.kinds() == ["sampling_noise"] and unprobed.ok  # 78%: a warning
     assert "lower temperature 0.7 -> 0.35" in unprobed.problems[0].fix
+
+
+class _Draws:
+    """The sampler and judge `_fit_sampling` asks, for 16 prompts: greedy answers right on the first `greedy_right`,
+    and a colder draw at each temperature of `flat_at` with that share of its prompts flat. `drawn`: what it drew."""
+
+    def __init__(self, greedy_right: int, flat_at: dict[float, float]):
+        self.greedy_right, self.flat_at, self.drawn = greedy_right, flat_at, []
+
+    def greedy(self, length):
+        self.drawn.append("greedy")
+        return [([i],) for i in range(16)]
+
+    def at(self, temperature, length):
+        self.drawn.append(temperature)
+        return temperature
+
+    def decode(self, seqs):
+        return list(seqs)
+
+    def correct(self, texts, samples):
+        return [i < self.greedy_right for i in range(len(texts))]
+
+    def again(self, temperature, t):
+        return lambda length, *rewards: setup(temperature=t, flat_fraction=self.flat_at[t], pass_rate=0.3)
+
+
+def test_most_prompts_flat_and_wrong_where_greedy_is_right_fit_a_colder_temperature_where_it_is_clearly_better():
+    """number_words on the fp32 path: 56% of prompts flat at temperature 1 and 13% of samples right, while the
+    greedy answers were right on 65% held out. Below the warning's 60% the fit was not tried, and the run trained
+    on noise: validation 0.56 -> 0.25 in 7 steps. A colder draw only a few prompts less flat (opposites: 50% ->
+    47%) does not show noise, and is not trained; a temperature the caller set is probed where the advice is given."""
+    prompts = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.0 if i < 9 else 0.5, 0.0) for i in range(16)]
+
+    def fit(open_sampling: bool, flat_at: dict[float, float]) -> tuple[PreflightReport, list]:
+        r = report(flat_fraction=0.56, zero_spread_fraction=0.4, pass_rate=0.13, prompts=list(prompts))
+        draws = _Draws(greedy_right=10, flat_at=flat_at)
+        _fit_sampling(r, draws, draws, open_sampling, ([], []))
+        return r, draws.drawn
+
+    r, drawn = fit(True, {0.5: 0.31, 0.3: 0.25})
+    assert drawn == ["greedy", 0.5] and r.greedy_pass_rate == 10 / 16  # most prompts with spread at 0.5: enough
+    assert r.trained.temperature == 0.5 and r.adjustments == ["temperature 1 -> 0.5"]
+    r, drawn = fit(True, {0.5: 0.53, 0.3: 0.5})
+    assert drawn == ["greedy", 0.5, 0.3] and r.trained is r.asked and r.adjustments == []
+    r, drawn = fit(False, {0.5: 0.31})
+    assert drawn == [] and r.trained is r.asked
 
 
 def test_a_reward_that_never_pays_right_answers_is_collapse_not_noise():
@@ -361,8 +409,9 @@ def test_on_the_tiny_model_noisy_samples_are_probed_colder_and_an_open_temperatu
     cured = any(c.flat_fraction <= r.asked.flat_fraction - 0.1 for c in r.colder)  # noise, where colder helped
     assert ("sampling_noise" in [p.kind for p in r.asked.problems]) == (cured and r.asked.flat_fraction >= 0.6)
     probed = [c.temperature for c in r.colder]
-    assert probed in ([0.5], [0.5, 0.3]) and (probed == [0.5]) == (r.colder[0].flat_fraction < 0.6)
-    best = min([r.asked, *r.colder], key=lambda s: s.flat_fraction)
+    assert probed in ([0.5], [0.5, 0.3]) and (probed == [0.5]) == (r.colder[0].flat_fraction < 0.5)
+    best = min(r.colder, key=lambda s: s.flat_fraction)
+    best = best if best.flat_fraction <= r.asked.flat_fraction - 0.1 else r.asked  # colder, where clearly better
     assert r.trained is best and (best is r.asked or r.adjustments == [f"temperature 1 -> {best.temperature:g}"])
     assert fit_task(task, r)[0].temperature == (None if best is r.asked else best.temperature)
     kept = rloo_kit.preflight(model, tok, task.replace(temperature=1.0), preset="cpu", num_generations=2, n_prompts=8,

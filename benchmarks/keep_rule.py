@@ -1,0 +1,145 @@
+"""Which validation step should a time-budgeted run keep? Each task is trained once per seed as a user trains it
+(`rloo-kit train ... --minutes M`), in a process of its own that also records, at every validation measurement,
+the validation rows right and the adapter's weights; after the run, each measured step's adapter answers the
+held-out test split. The keep rules are then replayed over the same measurements, so the rules differ in what they
+choose and in nothing else (the training does not depend on which step is kept):
+
+- kept:  the kit's (`budget.replaces`): a step replaces the kept one where it is right on more of the validation
+         rows the two answer differently, by a lead chance gives at most KEEP_P of the time;
+- base:  a step replaces the kept one where it beats step 0 by that test and is right on as many validation rows
+         as the kept one or more: a step kept on a modest lead no longer bars the steps after it;
+- last:  the final step, whatever its validation says; oracle: the best held-out step (not a rule: a ceiling).
+
+    .venv/bin/python benchmarks/keep_rule.py [--tasks demo] [--seeds 0 1 2 3 4] [--minutes 3] [--reuse]
+
+Writes benchmarks/results/keep-rule.{json,md} (`--name` another); runs live in runs/bench-keep/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from common import REPO, bootstrap, load_note, stamp, write
+from sampling_fit import CASES
+
+from rloo_kit.budget import replaces
+
+RUNS = REPO / "runs" / "bench-keep"
+STEPS_FILE = "measured_steps.json"  # per measured step: validation rows right, held-out prompts right
+RULES = ("kept", "base", "last", "oracle")
+
+
+def child(argv: list[str]) -> None:
+    """`rloo-kit train ARGV`, recording each validation measurement's rows and adapter, and after the run each
+    measured adapter's held-out answers (in OUTPUT_DIR/measured_steps.json)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    from rloo_kit import budget, cli, pipeline
+
+    measured: list[dict] = []
+    init = budget.TimeBudget.__init__
+
+    def recording_init(self, minutes, validate, output_dir):
+        def recording(model):
+            rows = validate(model)
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
+            measured.append({"rows": rows, "weights": weights})
+            return rows
+        init(self, minutes, recording, output_dir)
+
+    evaluate_after = pipeline.Run.evaluate_after
+
+    def evaluating_every_step(self):
+        report = evaluate_after(self)
+        model, curve = self.trainer.model, self.trainer.time_budget.curve
+        kept = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
+        steps = []
+        for point, m in zip(curve, measured, strict=True):
+            set_peft_model_state_dict(model, m["weights"])
+            answers = self.task.evaluate(model, self.tokenizer).to_dict()["completions"]
+            steps.append({**point, "rows": m["rows"], "held_out": [c["correct"] for c in answers]})
+        set_peft_model_state_dict(model, kept)
+        (self.out / STEPS_FILE).write_text(json.dumps(steps))
+        return report
+
+    budget.TimeBudget.__init__, pipeline.Run.evaluate_after = recording_init, evaluating_every_step
+    sys.exit(cli.main(["train", *argv]))
+
+
+def run(task: str, seed: int, minutes: float, reuse: bool) -> dict:
+    out = RUNS / f"{task}-s{seed}"
+    args = [*CASES[task][1], "--minutes", str(minutes), "--seed", str(seed), "--force", "--overwrite",
+            "--output-dir", str(out)]
+    if not (reuse and (out / STEPS_FILE).is_file()):
+        start = time.time()
+        done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True)
+        print(f"== {task} seed {seed} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
+              f"{done.stdout[-2000:]}{done.stderr[-1500:]}", flush=True)
+    steps = json.loads((out / STEPS_FILE).read_text())
+    m = json.loads((out / "metrics.json").read_text())
+    record = {"task": task, "seed": seed, "steps": m.get("steps"), "minutes": m.get("minutes"),
+              "kit_kept": (m.get("validation") or {}).get("kept_step"),
+              "measured": [{k: s[k] for k in ("step", "minutes", "accuracy")} for s in steps],
+              "command": " ".join(["rloo-kit train", *args]).replace(str(REPO) + "/", "")}
+    for rule in RULES:
+        chosen = choose(steps, rule)
+        record[rule] = {"step": chosen["step"], "validation": chosen["accuracy"],
+                        "held_out": statistics.fmean(chosen["held_out"])}
+    record["step0"] = {"held_out": statistics.fmean(steps[0]["held_out"]), "prompts": len(steps[0]["held_out"])}
+    return record
+
+
+def choose(steps: list[dict], rule: str) -> dict:
+    """The step `rule` keeps among the measured ones (validation rows only; the oracle alone reads held-out)."""
+    if rule == "last":
+        return steps[-1]
+    if rule == "oracle":
+        return max(reversed(steps), key=lambda s: sum(s["held_out"]))
+    kept = steps[0]
+    for s in steps[1:]:
+        if (replaces(s["rows"], kept["rows"])[0] if rule == "kept" else
+                replaces(s["rows"], steps[0]["rows"])[0] and sum(s["rows"]) >= sum(kept["rows"])):
+            kept = s
+    return kept
+
+
+def row(runs: list[dict], task: str) -> str:
+    mine = [r for r in runs if r["task"] == task]
+    prompts = mine[0]["step0"]["prompts"]
+    cells = [f"{statistics.fmean(r[rule]['held_out'] for r in mine):.2f}" for rule in RULES]
+    d = bootstrap([r["base"]["held_out"] - r["kept"]["held_out"] for r in mine])
+    worse = sum(r[rule]["held_out"] < r["step0"]["held_out"] - 1.5 / prompts for r in mine for rule in ("kept", "base"))
+    return (f"| {task} | {len(mine)} | {statistics.fmean(r['step0']['held_out'] for r in mine):.2f} | "
+            + " | ".join(cells)
+            + f" | {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], p = {d['p']:.2g} | "
+            + ", ".join(f"{r['kept']['step']}/{r['base']['step']}/{r['last']['step']}" for r in mine)
+            + f" | {worse} |")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        child(sys.argv[2:])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", nargs="+", default=["demo"], choices=list(CASES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    ap.add_argument("--minutes", type=float, default=3.0)
+    ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
+    ap.add_argument("--name", default="keep-rule")
+    ap.add_argument("--reuse", action="store_true", help="read the finished runs in runs/bench-keep; train the rest")
+    args = ap.parse_args()
+    runs = [run(task, seed, args.minutes, args.reuse) for task in args.tasks for seed in args.seeds]
+    table = ["| task | seeds | held-out at step 0 | kept | base | last | oracle | base - kept, paired by seed "
+             "[bootstrap 95%], sign test | steps kept (kept/base/last) per seed | kept or base worse than step 0 "
+             "by > 1 prompt |", "|---|---|---|---|---|---|---|---|---|---|"]
+    table += [row(runs, task) for task in args.tasks]
+    result = {**stamp(), "minutes": args.minutes, "runs": runs}
+    write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
+
+
+if __name__ == "__main__":
+    main()
