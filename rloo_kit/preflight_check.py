@@ -973,10 +973,11 @@ def fit_task(task: Task, report: PreflightReport) -> tuple[Task, list[str]]:
                   for change in report.adjustments if not change.startswith("temperature")]
     temperature = trained.temperature if task.temperature is None and trained.temperature != asked.temperature else None
     if temperature is not None:
+        held = report.held_against or asked  # the samples the greedy answers faced: the trained length, as asked
         notes.append(f"temperature {asked.temperature:g} -> {temperature:g}: greedy answers were right on "
-                     f"{report.greedy_pass_rate:.0%} of the probed prompts, samples on {asked.pass_rate:.0%}; at "
-                     f"{temperature:g} {trained.flat_fraction:.0%} of prompts are without spread (as asked: "
-                     f"{report.asked.flat_fraction:.0%})")
+                     f"{report.greedy_pass_rate:.0%} of the probed prompts, samples on {held.pass_rate:.0%}; at "
+                     f"{temperature:g} {trained.flat_fraction:.0%} of prompts are without spread (at "
+                     f"{asked.temperature:g}: {held.flat_fraction:.0%})")
     return refit(task, length, report.brevity_max_chars if applied else None, temperature), notes
 
 

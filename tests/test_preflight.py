@@ -271,7 +271,9 @@ def test_the_fitted_temperature_is_reported_beside_the_asked_one_and_trained():
     fitted, notes = fit_task(task, r)
     assert fitted.temperature == 0.3 and fitted.trainer_overrides()["temperature"] == 0.3
     assert notes == ["temperature 1 -> 0.3: greedy answers were right on 53% of the probed prompts, samples on 2%; "
-                     "at 0.3 16% of prompts are without spread (as asked: 94%)"]
+                     "at 0.3 16% of prompts are without spread (at 1: 94%)"]
+    r.held_against = setup(max_completion_length=64, flat_fraction=0.5, pass_rate=0.18)  # a longer length's samples
+    assert "samples on 18%; at 0.3 16% of prompts are without spread (at 1: 50%)" in fit_task(task, r)[1][0]
     kept = task.replace(temperature=1.0)  # a temperature the user set is the task's own: kept
     assert fit_task(kept, r)[0].temperature == 1.0
 
