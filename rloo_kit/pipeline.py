@@ -37,6 +37,16 @@ FIT = "fit.json"  # the length (and brevity) and temperature the pre-flight chos
 WARM_DIR = "warmup"  # inside output_dir: the tool warm-start's SFT run
 WARMED = "adapter"  # inside WARM_DIR: the warmed adapter, a resumed run's reference
 SAMPLED = 2  # completions per held-out prompt sampled at the training temperature, beside the greedy answer
+CARD = "README.md"  # the output folder's own account of the run, in place of the model card TRL writes there
+# what a run leaves in its output folder, in the order the card lists them
+FILES = {ADAPTER_DIR: "the trained LoRA adapter (with its tokenizer); the base model is not copied",
+         "best": "a run given --minutes: the best validation step's adapter, kept as it trains (best.json: which step)",
+         METRICS: "every figure above, and the settings that ran",
+         "preflight.json": "the pre-flight: per prompt, what the samples scored, as asked and as trained",
+         BEFORE: "each held-out prompt's answer before training", AFTER: "... and after",
+         FIT: "the completion length and temperature the pre-flight chose, which --resume trains again",
+         "recipe.yaml": "the options of `rloo-kit train`: `rloo-kit train --config recipe.yaml` runs it again",
+         "checkpoint-*": "checkpoints, which `rloo-kit train --resume` continues from"}
 
 
 @dataclass
@@ -103,6 +113,26 @@ class RunReport:
                        "favourite answer, not (yet) the task. Read its replies (evaluation_after.json); where the "
                        "training reward was still rising, train longer (--minutes keeps the best validation step).")
         return out
+
+    def card(self, out: Path) -> str:
+        """The output folder's README.md: what the run did, and how to use what it left in `out`. TRL writes a
+        model card there at each checkpoint, naming no base model where it was loaded from a folder and loading
+        model="None" in its example; the kit's replaces it at the end."""
+        adapter = out / ADAPTER_DIR
+        use = ([] if not self.trained else
+               ["", "## Use the adapter", "", "```bash",
+                f"rloo-kit eval --adapter {adapter}  # held-out accuracy, base beside adapter",
+                f"rloo-kit export --adapter {adapter} --output model.gguf  # llama.cpp, Ollama, LM Studio",
+                "```", "", "```python", "from rloo_kit import load_adapter, load_model",
+                "", f'model, tokenizer = load_model("{self.model}")', f'model = load_adapter(model, "{adapter}")',
+                "```"])
+        setup = [f"- preset {self.preset} on {self.device}",
+                 *(f"- own-task default: {note}" for note in self.own_task_defaults),
+                 *([f"- the health monitor named: {', '.join(self.diagnoses)} (the warnings in the run's output say "
+                    "why, and what to change)"] if self.diagnoses else [])]
+        files = [f"| `{name}` | {what} |" for name, what in FILES.items() if any(out.glob(name))]
+        return "\n".join([f"# rloo-kit run: task {self.task}, model {self.model}", "", "```", *self.lines(), "```", "",
+                          *setup, *use, "", "## Files", "", "| file | what |", "|---|---|", *files, ""])
 
 
 def fitting_prompts(plan: RunPlan, task: Task, tokenizer) -> Task:
@@ -314,10 +344,11 @@ class Run:
         self.report.sampled_after = self.report.sampled_before
 
     def write(self) -> Path:
-        """metrics.json: the report's to_dict(), written by one process."""
+        """metrics.json (the report's to_dict()) and README.md (its card), written by one process."""
         path = self.out / METRICS
         if is_main_process():
             path.write_text(json.dumps(self.report.to_dict(), indent=2))
+            (self.out / CARD).write_text(self.report.card(self.out))
         return path
 
 

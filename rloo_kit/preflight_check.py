@@ -150,6 +150,11 @@ class Setup:
         """Share of prompts whose K answers were all judged right: flat too, but because the model knows them."""
         return float(np.mean([p.pass_rate == 1.0 for p in self.prompts])) if self.pass_rate is not None else 0.0
 
+    def clearly_less_flat_than(self, other: Setup) -> bool:
+        """Whether this draw leaves PROBE_GAIN of the prompts fewer without spread than `other`: the evidence, one
+        draw of the same prompts against another, that the flat ones there were noise."""
+        return self.flat_fraction <= other.flat_fraction - PROBE_GAIN
+
     def headline(self, temperature: bool = False) -> str:
         """'at 16 tokens: 84% without spread, 84% cut -> cannot learn [truncation]': the causes named
         for each setup, so that the as-asked one keeps its own beside the setup the kit trains."""
@@ -498,7 +503,7 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
         if colder.flat_fraction < enough:
             break
     best = min(report.colder, key=lambda s: s.flat_fraction, default=base)
-    if best.flat_fraction > base.flat_fraction - PROBE_GAIN or not open_sampling:
+    if not best.clearly_less_flat_than(base) or not open_sampling:
         return  # colder was not clearly better (opposites: 50% -> 47%); or a temperature the caller set is kept,
         # the advice standing in the sampling_noise fix
     applied = report.adjustments if report.applies else []
@@ -850,9 +855,9 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
             or setup.wrong_fraction < setup.flat_fraction / 2 or setup.unpaid):
         return None  # not measured, no better greedily, or right answers unpaid: not noise
     t = setup.temperature
-    colder = [c for c in report.colder if c.temperature < t and c.flat_fraction <= setup.flat_fraction - PROBE_GAIN]
+    colder = [c for c in report.colder if c.temperature < t and c.clearly_less_flat_than(setup)]
     warmer = report.held_against if any(c is setup for c in report.colder) else None
-    if report.colder and not colder and (warmer is None or setup.flat_fraction > warmer.flat_fraction - PROBE_GAIN):
+    if report.colder and not colder and (warmer is None or not setup.clearly_less_flat_than(warmer)):
         return None  # colder draws were measured and left the prompts as flat: the reward, not the noise
     best = min(colder, key=lambda c: c.flat_fraction, default=None)
     lower = (f"lower temperature {t:g} -> {best.temperature:g} (measured there: {best.flat_fraction:.0%} of prompts "

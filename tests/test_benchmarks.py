@@ -55,3 +55,15 @@ def test_sample_efficiency_pairs_arms_by_seed(monkeypatch):
     assert d["p"] == 0.25  # 3 of 3 better: 2 / 2**3
     assert "| t | pool | 3 | 0.40 -> 0.67 | +0.267 | +0.133 [" in row(runs, "t", "pool")
     assert paired(runs, "t", "double") == {"n": 0}
+
+
+def test_label_guessing_scores_a_model_naming_one_label_whatever_the_prompt_at_chance(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from label_guessing import balanced
+
+    gold = ["odd"] * 3 + ["even"] * 7  # a guesser scores 1/2 balanced whatever the labels' shares and its bias
+    always_even = balanced(["even"] * 10, gold)
+    assert always_even["right"] == 0.7 and always_even["balanced"] == 0.5 and always_even["named"] == 1.0
+    knows = balanced(["odd", "odd", None, "even", "even", "even", "even", "even", "even", "odd"], gold)
+    assert knows["named"] == 0.9 and knows["per_label"] == {"even": 6 / 7, "odd": 1.0}
+    assert knows["balanced"] == (1.0 + 6 / 7) / 2

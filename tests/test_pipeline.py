@@ -26,6 +26,22 @@ def test_a_resumed_file_task_keeps_its_fitted_length_and_its_accuracy_before(tin
     assert again["steps"] == 3 and again["max_completion_length"] == first["max_completion_length"]
     assert again["accuracy_before"] == first["accuracy_before"] and again["before"] == first["before"]
     assert "as recorded in" in caplog.text  # read back, not measured again
+    card = (out / "README.md").read_text()  # the kit's account, written over the card TRL wrote at each checkpoint
+    assert card.startswith("# rloo-kit run: task file") and "3 steps" in card and 'model="None"' not in card
+    assert f"rloo-kit eval --adapter {out / 'adapter'}" in card and "| `checkpoint-*` |" in card
+
+
+def test_a_runs_card_says_what_it_did_and_lists_the_files_it_left(tmp_path):
+    common = dict(model="smollm2-135m", task="file", preset="cpu", device="cpu", accuracy_before=0.4)
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "metrics.json").write_text("{}")
+    trained = RunReport(**common, accuracy_after=0.7, trained=True, steps=30, minutes=5.0).card(tmp_path)
+    assert "held-out accuracy: before 0.40 -> after 0.70 (+0.30) · 30 steps in 5.0 min" in trained
+    assert f'load_adapter(model, "{tmp_path / "adapter"}")' in trained and 'load_model("smollm2-135m")' in trained
+    assert "| `adapter` |" in trained and "| `metrics.json` |" in trained and "| `best` |" not in trained
+    refused = RunReport(**common, accuracy_after=0.4, preflight={"ok": False, "problems": ["reward_collapse"]})
+    card = refused.card(tmp_path)
+    assert "Not trained" in card and "## Use the adapter" not in card
 
 
 def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
