@@ -14,12 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .budget import BEST_DIR
 from .distributed import is_main_process
 from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
 from .models import attach_lora
 from .pool import PromptPool
 from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
+from .recipes import RECIPE_FILE
 from .tasks import RunPlan, Task
 from .tools import demonstrating_tool, in_model_format, warm_start, worked_examples
 from .tools.warmup import WARM_EPOCHS
@@ -33,6 +35,7 @@ log = logging.getLogger("rloo_kit")
 METRICS = "metrics.json"
 BEFORE = "evaluation_before.json"  # the base model's held-out answers, which --resume reuses
 AFTER = "evaluation_after.json"  # the adapter's held-out answers, to read beside them
+PREFLIGHT = "preflight.json"  # what the pre-flight measured, per prompt (the report's to_dict())
 FIT = "fit.json"  # the length (and brevity) and temperature the pre-flight chose, which --resume trains again
 WARM_DIR = "warmup"  # inside output_dir: the tool warm-start's SFT run
 WARMED = "adapter"  # inside WARM_DIR: the warmed adapter, a resumed run's reference
@@ -40,12 +43,13 @@ SAMPLED = 2  # completions per held-out prompt sampled at the training temperatu
 CARD = "README.md"  # the output folder's own account of the run, in place of the model card TRL writes there
 # what a run leaves in its output folder, in the order the card lists them
 FILES = {ADAPTER_DIR: "the trained LoRA adapter (with its tokenizer); the base model is not copied",
-         "best": "a run given --minutes: the best validation step's adapter, kept as it trains (best.json: which step)",
+         BEST_DIR: "a run given --minutes: the best validation step's adapter, kept as it trains "
+                   "(best.json: which step)",
          METRICS: "every figure above, and the settings that ran",
-         "preflight.json": "the pre-flight: per prompt, what the samples scored, as asked and as trained",
+         PREFLIGHT: "the pre-flight: per prompt, what the samples scored, as asked and as trained",
          BEFORE: "each held-out prompt's answer before training", AFTER: "... and after",
          FIT: "the completion length and temperature the pre-flight chose, which --resume trains again",
-         "recipe.yaml": "the options of `rloo-kit train`: `rloo-kit train --config recipe.yaml` runs it again",
+         RECIPE_FILE: "the options of `rloo-kit train`: `rloo-kit train --config recipe.yaml` runs it again",
          "checkpoint-*": "checkpoints, which `rloo-kit train --resume` continues from"}
 
 
@@ -192,7 +196,7 @@ class Run:
         self.preflight_report, self.report.own_task_defaults = report, notes
         self.report.preflight = _preflight_summary(report)
         if is_main_process():
-            (self.out / "preflight.json").write_text(json.dumps(report.to_dict(), indent=2))
+            (self.out / PREFLIGHT).write_text(json.dumps(report.to_dict(), indent=2))
             fitted = report.brevity_max_chars if report.applies else None
             (self.out / FIT).write_text(json.dumps({"max_completion_length": self.task.max_completion_length,
                                                     "brevity_max_chars": fitted,
