@@ -381,7 +381,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
     rows, correct_counts = [], []
     for i, (p, group) in enumerate(zip(prompts, texts, strict=True)):
         labels = dataset[i]["labels"] if "labels" in dataset.column_names else None
-        ok = [is_correct(t, answers[i], match, labels=labels) for t in group] if answers else []
+        ok = [is_correct(t, answers[i], match, labels=labels, prompt=p) for t in group] if answers else []
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
             row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}

@@ -650,8 +650,9 @@ class _Judge:
         answers, labels = self.picked["answer"] if "answer" in self.picked.column_names else None, self._labels()
         if answers is None:
             return None
-        return [is_correct(t, answers[i // samples], self.match, labels=labels[i // samples] if labels else None)
-                for i, t in enumerate(texts)]
+        prompts = self.picked["prompt"]
+        return [is_correct(t, answers[i // samples], self.match, labels=labels[i // samples] if labels else None,
+                           prompt=prompts[i // samples]) for i, t in enumerate(texts)]
 
     def _labels(self) -> list | None:
         return self.picked["labels"] if "labels" in self.picked.column_names else None

@@ -162,6 +162,27 @@ def test_british_and_american_spellings_of_an_answer_are_one_answer():
     assert not is_correct("It is grayish.", "grey") and not is_correct("It is four.", "for")  # whole known words only
 
 
+def test_a_text_answer_named_only_where_the_reply_repeats_its_question_is_not_its_answer():
+    """A plurals run scored 'The plural of moose is mooses.' right: the gold word was the question's own, and the
+    reply named it only in repeating the question. With the prompt, that is no answer; a reply that also says it
+    as its answer, or says it alone, still is."""
+    moose = "What is the plural of moose?"
+    assert not is_correct("The plural of moose is mooses.", "moose", prompt=moose)
+    assert is_correct("The plural of moose is mooses.", "moose")  # without its prompt, any mention counts
+    assert is_correct("The plural of moose is moose.", "moose", prompt=moose) and is_correct("Moose.", "moose",
+                                                                                               prompt=moose)
+    assert is_correct("Moose is the plural of moose.", "moose", prompt=moose)
+    capital = [{"role": "user", "content": "What is the capital of Luxembourg?"}]  # a chat prompt
+    replies = ["The capital of Luxembourg is Brussels.", "The capital of Luxembourg is Luxembourg.", "Luxembourg City."]
+    assert correct_answer([capital] * 3, replies, answer=[["Luxembourg", "Luxembourg City"]] * 3) == [0.0, 1.0, 1.0]
+    heavier = "Which is heavier, a feather or a brick?"
+    assert is_correct("A brick is heavier.", "brick", prompt=heavier)
+    assert not is_correct("Of a feather or a brick, the feather.", "brick", prompt=heavier)  # it picks the feather
+    assert is_correct("The opposite of hot is cold.", "cold", prompt="What is the opposite of hot?")
+    assert is_correct("7 times 1 is 7.", "7", prompt="What is 7 times 1?")  # a number: its final one, as before
+    assert not is_correct("7 times 1 is 1.", "7", prompt="What is 7 times 1?")
+
+
 def test_a_choice_letter_is_not_the_article_a():
     letters = ["a", "b", "c"]
     assert not is_correct("Bus is a vehicle.", "A", labels=letters)  # the article names no choice

@@ -635,8 +635,9 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
                for ids in llama_cpp.greedy(gguf_file, texts, max_tokens=length)]
     answers = list(t.test["answer"]) if "answer" in t.test.column_names else None
     labels = list(t.test["labels"]) if "labels" in t.test.column_names else [None] * len(prompts)
-    accuracy = (sum(is_correct(r, a, t.match, labels=lab) for r, a, lab in zip(replies, answers, labels, strict=True))
-                / len(prompts)) if answers else None
+    accuracy = (sum(is_correct(r, a, t.match, labels=lab, prompt=p)
+                    for r, a, lab, p in zip(replies, answers, labels, prompts, strict=True)) / len(prompts)
+                if answers else None)
     same = sum(r == row["completion"] for r, row in zip(replies, torch_report.completions, strict=True))
     return GGUFCheck(task_name, len(prompts), length, torch_report.accuracy, accuracy, same,
                      metrics.get("accuracy_after") if task is None else None)

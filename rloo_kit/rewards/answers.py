@@ -115,7 +115,8 @@ def accepted_answers(gold) -> list[str]:
         return [str(g) for g in gold]
     return [str(gold)]
 
-def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | None = None) -> bool:
+def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | None = None,
+               prompt=None) -> bool:
     """One completion against its gold answer (a string, or a list of accepted strings).
 
     Numbers (gold parses as one): match="final" compares the final number of the reply (see
@@ -128,6 +129,9 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     that also names a label other than the accepted ones ('positive, not negative') is wrong, as a hedge is
     no answer. The numbers a choice question offers ('Which is larger, 70 or 95?'): the reply's pick is
     scored (`picked_number`), not its last number, as '95 is larger than 70.' names both.
+    prompt: the row's prompt (text or chat messages). A text answer without labels that the reply names only where
+    it repeats the question's words is not its answer: for 'What is the plural of moose?', 'The plural of moose is
+    mooses.' answers 'mooses' (`restates`). Without it (None), any mention counts.
     """
     if match not in ("final", "exact"):
         raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
@@ -135,7 +139,8 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     accepted = accepted_answers(gold)
     if match == "final" and offers_numbers(labels) and all(parse_number(g) is not None for g in accepted):
         return any(answers_match(picked_number(text, labels), g) for g in accepted)
-    if not any(_matches(text, g, match) for g in accepted):
+    asked = completion_text(prompt) if prompt is not None and match == "final" and not labels else ""
+    if not any(_matches(text, g, match) and not restates(_answer_span(text), g, asked) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
@@ -189,6 +194,29 @@ def mentions(text: str, phrase: str) -> bool:
     if phrase in ("a", "i"):
         return re.search(rf"(?<!\w){phrase}(?!\w)(?!\s+[a-z])", text) is not None
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text) is not None for p in spellings(phrase))
+
+def restates(span: str, gold: str, question: str) -> bool:
+    """Whether a text answer `span` names `gold` only inside words it repeats from `question`: each time, with two
+    of the words beside it, in the question's order. 'The plural of moose is mooses.' names 'moose' only in 'plural
+    of moose', which 'What is the plural of moose?' says; 'The plural of moose is moose.' also says 'is moose', an
+    answer. A bare 'Moose.' restates nothing.
+
+    >>> restates("the capital of luxembourg is brussels", "Luxembourg", "What is the capital of Luxembourg?")
+    True
+    """
+    wanted = _words(normalize_text(gold))
+    if not wanted or not question or parse_number(gold) is not None:
+        return False
+    said, asked = _words(span), _words(question)
+    n = len(wanted) + 2
+    phrases = {tuple(asked[i:i + n]) for i in range(len(asked) - n + 1)}
+    variants = [_words(v) for v in spellings(" ".join(wanted))]
+    found = [i for i in range(len(said)) for v in variants if said[i:i + len(v)] == v]
+    return bool(found) and all(any(tuple(said[s:s + n]) in phrases for s in range(max(i - 2, 0), i + 1))
+                               for i in found)
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
 
 def _matches(text: str, gold: str, match: str) -> bool:
     numeric = parse_number(gold) is not None

@@ -19,7 +19,8 @@ def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> 
     """1.0 when the completion's final answer matches the `answer` column (see `is_correct`), else 0.0.
 
     A `labels` column (a classification task's label set, see data.load_local) makes a reply that names
-    another label beside the right one wrong.
+    another label beside the right one wrong. Without one, a text answer named only where the reply repeats its
+    prompt's words is not the reply's answer (`rewards.answers.restates`).
 
     >>> correct_answer(["q", "q"], ["So 3 + 4 = 7.", "The opposite of hot is Cold."], answer=["7", "cold"])
     [1.0, 1.0]
@@ -27,7 +28,8 @@ def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> 
     [0.0]
     """
     labels = kwargs.get("labels") or [None] * len(completions)
-    return [float(is_correct(c, a, labels=ls)) for c, a, ls in zip(completions, answer, labels, strict=True)]
+    return [float(is_correct(c, a, labels=ls, prompt=p))
+            for p, c, a, ls in zip(prompts, completions, answer, labels, strict=True)]
 
 def exact_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
     """1.0 when the whole reply is the answer and nothing else (case, whitespace, surrounding
