@@ -179,6 +179,11 @@ def test_a_text_answer_named_only_where_the_reply_repeats_its_question_is_not_it
     assert is_correct("A brick is heavier.", "brick", prompt=heavier)
     assert not is_correct("Of a feather or a brick, the feather.", "brick", prompt=heavier)  # it picks the feather
     assert is_correct("The opposite of hot is cold.", "cold", prompt="What is the opposite of hot?")
+    verb = "What is the past tense of the verb 'put'?"  # the reply need not repeat all of it
+    assert not is_correct('The past tense of "put" is "pushed".', "put", prompt=verb)
+    assert is_correct("Past tense: put.", "put", prompt=verb) and is_correct("It is put, as in the present.", "put",
+                                                                              prompt=verb)
+    assert is_correct("Your favourite colour is blue.", "blue", prompt="My favourite colour is blue. What is it?")
     assert is_correct("7 times 1 is 7.", "7", prompt="What is 7 times 1?")  # a number: its final one, as before
     assert not is_correct("7 times 1 is 1.", "7", prompt="What is 7 times 1?")
 

@@ -196,27 +196,30 @@ def mentions(text: str, phrase: str) -> bool:
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text) is not None for p in spellings(phrase))
 
 def restates(span: str, gold: str, question: str) -> bool:
-    """Whether a text answer `span` names `gold` only inside words it repeats from `question`: each time, with two
-    of the words beside it, in the question's order. 'The plural of moose is mooses.' names 'moose' only in 'plural
-    of moose', which 'What is the plural of moose?' says; 'The plural of moose is moose.' also says 'is moose', an
-    answer. A bare 'Moose.' restates nothing.
+    """Whether a text answer `span` names `gold` only as `question` names it, and then says something else: each
+    time right after one of the two words the question puts before it (articles aside), with more words after it.
+    'The plural of moose is mooses.' names 'moose' after 'of', as 'What is the plural of moose?' does, and goes on:
+    it answers 'mooses'. 'The plural of moose is moose.' ends on it, as 'Your favourite colour is blue.' does for a
+    question that says 'My favourite colour is blue.'; 'Moose.' restates nothing.
 
     >>> restates("the capital of luxembourg is brussels", "Luxembourg", "What is the capital of Luxembourg?")
     True
     """
-    wanted = _words(normalize_text(gold))
+    wanted = _words(gold)
     if not wanted or not question or parse_number(gold) is not None:
         return False
     said, asked = _words(span), _words(question)
-    n = len(wanted) + 2
-    phrases = {tuple(asked[i:i + n]) for i in range(len(asked) - n + 1)}
     variants = [_words(v) for v in spellings(" ".join(wanted))]
-    found = [i for i in range(len(said)) for v in variants if said[i:i + len(v)] == v]
-    return bool(found) and all(any(tuple(said[s:s + n]) in phrases for s in range(max(i - 2, 0), i + 1))
-                               for i in found)
+    before = {asked[j] for i in _found(asked, variants) for j in range(max(i - 2, 0), i)}
+    found = _found(said, variants)
+    return bool(found) and all(0 < i and said[i - 1] in before and i + len(wanted) < len(said) for i in found)
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
+    """Lower-case words, articles left out: what `restates` compares."""
+    return [w for w in re.findall(r"\w+", text.lower()) if w not in ("the", "a", "an")]
+
+def _found(words: list[str], phrases: list[list[str]]) -> list[int]:
+    return [i for i in range(len(words)) if any(words[i:i + len(p)] == p for p in phrases)]
 
 def _matches(text: str, gold: str, match: str) -> bool:
     numeric = parse_number(gold) is not None
