@@ -67,3 +67,19 @@ def test_label_guessing_scores_a_model_naming_one_label_whatever_the_prompt_at_c
     knows = balanced(["odd", "odd", None, "even", "even", "even", "even", "even", "even", "odd"], gold)
     assert knows["named"] == 0.9 and knows["per_label"] == {"even": 6 / 7, "odd": 1.0}
     assert knows["balanced"] == (1.0 + 6 / 7) / 2
+
+
+def test_compare_results_pairs_two_versions_runs_by_task_and_seed(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from compare_results import compare
+
+    def run(seed, after, right):
+        return {"task": "demo", "seed": seed, "before": 0.4, "after": after, "steps": 50, "right_after": right}
+
+    before = {("demo", 0): run(0, 0.5, [True, False, False]), ("demo", 1): run(1, 0.5, [True, True, False]),
+              ("other", 0): {}}  # a task only one side measured is left out
+    after = {("demo", 0): run(0, 0.75, [True, True, True]), ("demo", 1): run(1, 0.25, [False, True, False]),
+             ("demo", 2): run(2, 1.0, [True] * 3)}  # a seed only one side measured is left out
+    (row,) = compare(before, after)
+    assert row["seeds"] == [0, 1] and row["diffs"] == [0.25, -0.25] and row["paired"]["mean"] == 0
+    assert (row["prompts_better"], row["prompts_worse"]) == (2, 1) and row["before"] == 0.5 and row["after"] == 0.5
