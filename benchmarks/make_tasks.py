@@ -12,7 +12,8 @@ files would be, of each kind a user brings (benchmarks/preflight_verdicts.py say
   word sums with other column names (question, result), and a label CSV (text, label) of words that name an
   animal or a colour.
 
-parity.csv is not written here: it was a held-back file (docs/benchmarks.md), kept as it was measured.
+parity.csv and units.csv are not written here: they were held-back files (docs/benchmarks.md), kept as they were
+measured.
 
     .venv/bin/python benchmarks/make_tasks.py   # -> benchmarks/tasks/*
 """

@@ -40,6 +40,9 @@ CASES = {
                                                         str(TASKS / "number_words.jsonl")]),
     "sentiment": ("learns; labels in conversations", ["--task", "file", "--path", str(TASKS / "sentiment.jsonl"),
                                                       "--prompt-column", "messages", "--answer-column", "label"]),
+    "units": ("learns; unit conversions, numeric answers in a CSV", ["--task", "file", "--path",
+                                                                     str(TASKS / "units.csv"), "--prompt-column",
+                                                                     "question", "--answer-column", "amount"]),
     "demo": ("the demo: arithmetic, 16 tokens", ["--task", "arithmetic"]),
     "reverse_letters": ("hopeless", ["--task", "file", "--path", str(TASKS / "reverse_letters.jsonl")]),
 }
