@@ -30,8 +30,8 @@ def compare(before: dict, after: dict) -> list[dict]:
         seeds = sorted(s for t, s in before if t == task and (t, s) in after)
         pairs = [(before[task, s], after[task, s]) for s in seeds]
         diffs = [round(a["after"] - b["after"], 4) for b, a in pairs]
-        better = sum(x and not y for b, a in pairs for x, y in zip(a["right_after"], b["right_after"], strict=True))
-        worse = sum(y and not x for b, a in pairs for x, y in zip(a["right_after"], b["right_after"], strict=True))
+        prompts = [(x, y) for b, a in pairs for x, y in zip(a["right_after"], b["right_after"], strict=True)]
+        better, worse = sum(x and not y for x, y in prompts), sum(y and not x for x, y in prompts)
         rows.append({"task": task, "seeds": seeds, "start": statistics.fmean(b["before"] for b, _ in pairs),
                      "before": statistics.fmean(b["after"] for b, _ in pairs),
                      "after": statistics.fmean(a["after"] for _, a in pairs), "diffs": diffs,

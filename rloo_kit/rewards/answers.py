@@ -139,8 +139,8 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     accepted = accepted_answers(gold)
     if match == "final" and offers_numbers(labels) and all(parse_number(g) is not None for g in accepted):
         return any(answers_match(picked_number(text, labels), g) for g in accepted)
-    asked = completion_text(prompt) if prompt is not None and match == "final" and not labels else ""
-    if not any(_matches(text, g, match) and not restates(_answer_span(text), g, asked) for g in accepted):
+    asked = completion_text(prompt) if prompt is not None and not labels else ""
+    if not any(_matches(text, g, match, asked) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
@@ -221,7 +221,9 @@ def _words(text: str) -> list[str]:
 def _found(words: list[str], phrases: list[list[str]]) -> list[int]:
     return [i for i in range(len(words)) if any(words[i:i + len(p)] == p for p in phrases)]
 
-def _matches(text: str, gold: str, match: str) -> bool:
+def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
+    """`is_correct`'s rule for one accepted answer; with match="final", a text answer the reply names only in
+    restating `question` (`restates`) is not matched."""
     numeric = parse_number(gold) is not None
     if match == "exact":
         reply = text.strip().rstrip(".").strip()
@@ -230,8 +232,8 @@ def _matches(text: str, gold: str, match: str) -> bool:
         return answers_match(reply, gold)
     if numeric:
         return answers_match(extract_answer(text), gold)
-    wanted = normalize_text(gold)
-    return bool(wanted) and mentions(_answer_span(text), wanted)
+    wanted, span = normalize_text(gold), _answer_span(text)
+    return bool(wanted) and mentions(span, wanted) and not restates(span, gold, question)
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
