@@ -130,6 +130,9 @@ run = budget.TimeBudget(1, lambda model: [True], sys.argv[1])
 run._keep = lambda model: None
 state = run_budget(run, clock, lambda step: 10 + 3 * rank)
 print("RANK", json.dumps([rank, state.global_step, [point["step"] for point in run.curve]]), flush=True)
+import torch.distributed
+
+torch.distributed.destroy_process_group()  # a clean exit: left to interpreter teardown, a rank aborted now and then
 """
 
 
