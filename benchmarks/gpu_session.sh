@@ -27,7 +27,7 @@ check() {  # check NAME SECONDS COMMAND...: run it, log its output and exit stat
   echo "== $name rc=$? in $((SECONDS - start))s" >>"$LOG"
   tar czf "$OUT/results.tgz" benchmarks/results/backends-cuda* benchmarks/results/cuda-oom.json \
     benchmarks/results/gpu-generate.json 2>/dev/null
-  for run in gpu-demo gpu-demo-lr gpu-tools gpu-budget; do  # files come back at 16 MiB at most: an adapter travels in parts
+  for run in gpu-demo gpu-demo-lr gpu-tools gpu-budget gpu-user-demo gpu-user-units; do  # files come back at 16 MiB at most: an adapter travels in parts
     [ -d "runs/$run" ] || continue
     rm -f "$OUT/$run".tgz.*
     tar czf - --exclude='checkpoint-*' "runs/$run" | split -b 15M -d -a 1 - "$OUT/$run.tgz."
@@ -65,4 +65,9 @@ check preflight-file 90 python3 -m rloo_kit.cli preflight --task file --path ben
 # fifth session: the kit's own generation (pre-flight, validation, evaluation) as it runs today against
 # torch.inference_mode and Unsloth's for_inference, both backends
 check generate 360 python3 benchmarks/gpu_generate.py --name gpu-generate
+# sixth session: #36's goal where a user with a big card runs it, no preset named (the kit picks one for the card),
+# the demo under the 3-minute budget and a held-back numeric file (units.csv, fitted to temperature 0.3 on a CPU)
+check user-demo 330 python3 -m rloo_kit.cli train --task arithmetic --minutes 3 --output-dir runs/gpu-user-demo
+check user-units 300 python3 -m rloo_kit.cli train --task file --path benchmarks/tasks/units.csv --prompt-column question \
+  --answer-column amount --minutes 2 --output-dir runs/gpu-user-units
 echo "== done $(date +%T)" >>"$LOG"
