@@ -503,7 +503,8 @@ def _run_args(sp) -> None:
                     "a CUDA GPU where it imports, else transformers), unsloth, or transformers")
     sp.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None,
                     help="NF4 weights via bitsandbytes or Unsloth (default: the preset's: yes on GPUs, no on "
-                    "the CPU, where 4-bit is ~8x slower)")
+                    "the CPU, where 4-bit is ~8x slower; no for a model under 0.2B parameters, which 4-bit costs "
+                    "answers and saves next to nothing)")
     sp.add_argument("--num-generations", type=int, help="K, completions per prompt: RLOO's baseline for each "
                     "is the mean reward of the other K-1, so more means a steadier baseline and more prompts with "
                     f"reward spread, at K times the sampling (default: the preset's, {cpu.num_generations} on a CPU)")

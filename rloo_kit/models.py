@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,13 +16,17 @@ from .choices import BACKENDS
 from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
+from .memory import ModelShape
 from .patches import patch_model
-from .presets import LORA_ALL_LINEAR, Preset, resolve_preset
+from .presets import LORA_ALL_LINEAR, SMALL_MODEL_PARAMS, Preset, load_in_4bit_for, resolve_preset
 from .sources import ALIASES, DEFAULT_MODEL, check_source, resolve_source
 
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+log = logging.getLogger("rloo_kit")
 
 
 def unsloth_available() -> bool:
@@ -38,7 +43,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         preset: its load settings (4-bit, sequence length); the hardware's preset when None.
         backend: "unsloth" (FastLanguageModel; fastest on a GPU), "transformers" (+ bitsandbytes NF4 when 4-bit;
             runs on CPU too), or "auto" (Unsloth when a GPU and Unsloth are both present).
-        load_in_4bit: NF4 weights; the preset's when None.
+        load_in_4bit: NF4 weights; when None, the preset's, except for a model under 0.2B parameters, which loads
+            unquantized (`presets.load_in_4bit_for`: 4-bit saves it next to nothing and costs what it knows).
         max_seq_length: the longest sequence (prompt and completion); the preset's when None.
         trust_remote_code: False unless you have read the model's code; safetensors only either way.
 
@@ -49,7 +55,6 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         raise ConfigError(f"Unknown backend '{backend}'. Use one of: {', '.join(BACKENDS)}.")
     hw = detect_hardware()
     preset = resolve_preset(preset, hw)
-    load_in_4bit = preset.load_in_4bit if load_in_4bit is None else load_in_4bit
     max_seq_length = max_seq_length or preset.max_seq_length
     if backend == "auto":
         backend = "unsloth" if hw.is_cuda and unsloth_available() else "transformers"
@@ -58,6 +63,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
                           "on a CUDA machine, or use backend='transformers'.")
     check_source(name_or_path)  # a hub id with no hub and no cached copy: said now, not after the hub's retries
     source = resolve_source(name_or_path)
+    if load_in_4bit is None:
+        load_in_4bit = _load_in_4bit(source, preset)
     try:
         if backend == "unsloth":
             model, tok = _load_unsloth(source, load_in_4bit, max_seq_length, trust_remote_code)
@@ -74,6 +81,23 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # generation pads on the left
     return model, tok
+
+
+def _load_in_4bit(source: str, preset: Preset) -> bool:
+    """The preset's 4-bit for this model's size (its config only), said where it differs from the preset's."""
+    if not preset.load_in_4bit:
+        return False
+    from transformers import AutoConfig
+
+    try:
+        params = ModelShape.from_config(AutoConfig.from_pretrained(source, trust_remote_code=False)).params
+    except (AttributeError, OSError, ValueError):  # a config without a decoder's sizes: the preset decides
+        return True
+    if load_in_4bit_for(preset, params):
+        return True
+    log.info(f"weights unquantized, not the {preset.name} preset's 4-bit: a model under {SMALL_MODEL_PARAMS / 1e9:g}B "
+             "parameters saves next to nothing in 4-bit and loses answers (--load-in-4bit asks for it).")
+    return False
 
 
 def _load_transformers(source: str, load_in_4bit: bool, hw: Hardware, trust_remote_code: bool):

@@ -183,6 +183,26 @@ def learning_rate_for(preset: Preset, params: float) -> float:
     return preset.learning_rate
 
 
+def load_in_4bit_for(preset: Preset, params: float) -> bool:
+    """Whether a model of `params` parameters loads in 4-bit under `preset`, unless 4-bit is asked for or against.
+
+    NF4 saves the GPU presets' 0.5B-32B models most of their memory; a model under SMALL_MODEL_PARAMS weighs under
+    0.4 GiB in bf16, so 4-bit saves next to nothing, and it costs what the small model knows. Measured on
+    SmolLM2-135M, greedy on the same prompts, unquantized against NF4: unit conversions 0.20 -> 0.02, word sums
+    0.64 -> 0.39, opposites 0.44 -> 0.27, the demo's sums 0.42 -> 0.50 (benchmarks/results/small-model-4bit.md); on
+    an H200 in 4-bit the pre-flight found greedy unit conversions right on 0% (benchmarks/results/gpu-h200.md).
+    Unquantized, the adapter also trains on the weights an export merges it into.
+
+    Args:
+        preset: the run's preset.
+        params: the model's parameter count (`memory.ModelShape.params`).
+
+    Returns:
+        The preset's `load_in_4bit`, False for a model under SMALL_MODEL_PARAMS.
+    """
+    return preset.load_in_4bit and params >= SMALL_MODEL_PARAMS
+
+
 def list_presets() -> list[Preset]:
     """Every RLOO preset, the cpu one first, then the GPU ones from the smallest memory up.
 

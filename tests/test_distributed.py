@@ -145,7 +145,7 @@ def test_a_time_budget_stops_and_measures_every_process_at_the_same_step(tmp_pat
     done = run(launch_cmd(2, str(tmp_path), str(REPO), program=(str(script),)), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = sorted(json.loads(line.split("RANK ", 1)[1]) for line in done.stdout.splitlines() if "RANK " in line)
-    assert [rank for rank, _, _ in ranks] == [0, 1]
+    assert [rank for rank, _, _ in ranks] == [0, 1], done.stdout[-3000:] + done.stderr[-3000:]
     (_, steps, measured), (_, steps_1, measured_1) = ranks
     assert steps == steps_1 == 6 and measured == measured_1 and measured[-1] == 6, ranks
 

@@ -112,3 +112,15 @@ def test_two_processes_asking_at_once_build_the_default_model_once(tmp_path, mon
     for t in callers:
         t.join()
     assert len(builds) == 1 and got == [str(sources.default_model_path())] * 2
+
+
+def test_a_small_model_loads_unquantized_under_a_4bit_preset_unless_4bit_is_asked(tiny_model_dir, caplog):
+    """NF4 costs a 135M model what it knows (unit conversions: 0.20 greedy unquantized, 0.02 in NF4) and saves it
+    next to nothing; a GPU preset's 4-bit is for its 0.5B-32B models. Asked for, 4-bit is still given."""
+    with caplog.at_level("INFO", logger="rloo_kit"):
+        model, _ = rloo_kit.load_model(str(tiny_model_dir), preset="8gb", backend="transformers")
+    assert not getattr(model, "is_loaded_in_4bit", False)
+    assert not any("Linear4bit" in type(m).__name__ for m in model.modules())
+    assert "weights unquantized, not the 8gb preset's 4-bit" in caplog.text
+    model, _ = rloo_kit.load_model(str(tiny_model_dir), preset="8gb", backend="transformers", load_in_4bit=True)
+    assert getattr(model, "is_loaded_in_4bit", False)

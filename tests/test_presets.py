@@ -150,6 +150,15 @@ def test_a_model_under_the_small_size_trains_at_the_larger_rate():
     assert learning_rate_for(faster, small) == 1e-3
 
 
+def test_a_small_model_is_not_quantized_where_its_preset_quantizes():
+    from rloo_kit.presets import SMALL_MODEL_PARAMS, load_in_4bit_for
+
+    assert load_in_4bit_for(get_preset("8gb"), 0.135e9) is False
+    assert load_in_4bit_for(get_preset("80gb"), SMALL_MODEL_PARAMS) is True
+    assert load_in_4bit_for(get_preset("8gb"), 1.5e9) is True
+    assert load_in_4bit_for(get_preset("cpu"), 1.5e9) is False  # the preset's own: no 4-bit on a CPU
+
+
 def test_a_config_pins_the_training_defaults_unsloth_changes(monkeypatch, tmp_path):
     # Unsloth's patched RLOOConfig starts from a 10% warm-up, weight decay 0.001 and accumulation 2 (seen on an H100):
     # a run left to those would train differently on a GPU than on a CPU
