@@ -3,6 +3,7 @@ run in a fresh process (so peak memory is that run's alone), and writing results
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -83,16 +84,39 @@ def write(name: str, result: dict, table: list[str], notes: str = "") -> None:
     print("\n".join(table) + ("\n\n" + notes if notes else ""))
 
 
+RUN_STAMP = "benchmark_stamp.json"  # beside a run's metrics.json: what made it, checked before it is reused
+SPEED_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "RLOO_KIT_CPU_DTYPE")  # settings that change a run, not its command
+
+
+def run_stamp(args: list[str]) -> dict:
+    """What makes a run: the kit's source (its git tree and any change not committed), the command's options and
+    the environment variables that change its speed. A run made otherwise is not this run."""
+    def git(*cmd: str) -> bytes:
+        return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True).stdout
+
+    changed = git("diff", "HEAD", "--", "rloo_kit") + git("status", "--porcelain", "--", "rloo_kit")
+    return {"rloo_kit": git("rev-parse", "HEAD:rloo_kit").decode().strip(),
+            "uncommitted": hashlib.sha256(changed).hexdigest()[:16] if changed else None,
+            "args": args, "env": {k: os.environ.get(k) for k in SPEED_ENV}}
+
+
 def cli_train(out: Path, args: list[str], label: str, reuse: bool = False, train: bool = True) -> tuple[dict, str]:
     """`rloo-kit train ARGS --output-dir OUT` in a process of its own, as a user runs it (with `reuse`: read what a
-    finished earlier run left there, train only where none finished; with `train=False`, train none): its
-    metrics.json ({} when there is none), and the command as typed."""
+    finished earlier run left there if the same code, options and settings made it (`run_stamp`), train otherwise;
+    with `train=False`, train none): its metrics.json ({} when there is none), and the command as typed."""
     cmd = [sys.executable, "-m", "rloo_kit.cli", "train", *args, "--output-dir", str(out)]
-    if train and not (reuse and (out / "metrics.json").is_file()):
+    stamp_now, stamp_file = run_stamp(args), out / RUN_STAMP
+    finished = (out / "metrics.json").is_file()
+    if train and reuse and finished and (not stamp_file.is_file() or json.loads(stamp_file.read_text()) != stamp_now):
+        print(f"== {label}: the run in {out} was made by other code or settings; training it again", flush=True)
+        finished = False
+    if train and not (reuse and finished):
         shutil.rmtree(out, ignore_errors=True)
         start = time.time()
         done = subprocess.run(cmd, capture_output=True, text=True)
         print(f"== {label} (exit {done.returncode}, {(time.time() - start) / 60:.1f} min)\n"
               f"{done.stdout[-3000:]}{done.stderr[-1500:]}", flush=True)
+        if out.is_dir():
+            stamp_file.write_text(json.dumps(stamp_now, indent=1))
     metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
     return metrics, " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")

@@ -110,7 +110,8 @@ def main() -> None:
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
     ap.add_argument("--name", default="sample-efficiency", help="results/<name>.{json,md}: one name per budget")
     ap.add_argument("--reuse", action="store_true",
-                    help="read the finished runs already in runs/bench-efficiency; train only those missing")
+                    help="read the finished runs already in runs/bench-efficiency that the same code and settings "
+                    "made (common.run_stamp); train the others")
     args = ap.parse_args()
     runs = [run(task, arm, seed, args.minutes, args.reuse)
             for task in args.tasks for seed in args.seeds for arm in args.arms]

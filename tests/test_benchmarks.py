@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,32 @@ def test_compare_results_pairs_two_versions_runs_by_task_and_seed(monkeypatch):
     (row,) = compare(before, after)
     assert row["seeds"] == [0, 1] and row["diffs"] == [0.25, -0.25] and row["paired"]["mean"] == 0
     assert (row["prompts_better"], row["prompts_worse"]) == (2, 1) and row["before"] == 0.5 and row["after"] == 0.5
+
+
+def test_a_benchmark_reuses_a_finished_run_only_where_the_same_code_and_settings_made_it(monkeypatch, tmp_path):
+    """`--reuse` once assembled a run of a tried-and-reverted change into a table of the defaults: a run folder now
+    says what made it, and one made by other code or settings is trained again."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import common
+
+    trained, real_run = [], subprocess.run
+
+    def fake_train(cmd, **kwargs):  # the CLI's run: a metrics.json in the output folder
+        out = Path(cmd[cmd.index("--output-dir") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(json.dumps({"accuracy_after": 0.5 + len(trained)}))
+        trained.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: fake_train(cmd, **kw) if "rloo_kit.cli" in cmd
+                        else real_run(cmd, **kw))
+    out = tmp_path / "run"
+    assert common.cli_train(out, ["--task", "arithmetic"], "first", reuse=True)[0]["accuracy_after"] == 0.5
+    assert common.cli_train(out, ["--task", "arithmetic"], "same", reuse=True)[0]["accuracy_after"] == 0.5
+    assert len(trained) == 1
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE" if common.os.environ.get("OMP_WAIT_POLICY") != "PASSIVE" else "")
+    assert common.cli_train(out, ["--task", "arithmetic"], "other env", reuse=True)[0]["accuracy_after"] == 1.5
+    (out / common.RUN_STAMP).write_text(json.dumps({**json.loads((out / common.RUN_STAMP).read_text()),
+                                                    "rloo_kit": "another tree"}))
+    assert common.cli_train(out, ["--task", "arithmetic"], "other code", reuse=True)[0]["accuracy_after"] == 2.5
+    assert common.cli_train(out, ["--task", "arithmetic"], "no reuse", reuse=False)[0]["accuracy_after"] == 3.5
