@@ -130,7 +130,8 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
     ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling that "
-                    "the same code and settings made (common.run_stamp), or recorded in the results, and train the others")
+                    "the same code and settings made (common.run_stamp), or recorded in the results; train the "
+                    "others")
     ap.add_argument("--report-only", action="store_true", help="train nothing: the table from the runs already there "
                     "or recorded in the results (any other is reported as not measured)")
     args = ap.parse_args()
