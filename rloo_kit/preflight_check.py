@@ -70,7 +70,7 @@ TRUNCATION_SHARE = 0.5  # completions cut above this share: truncation (the heal
 UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
 FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
 BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
-SAMPLING_GAP = 0.15  # greedy answers right on this much more of the prompts than samples: the samples are noise
+NOISE_P = 0.05  # greedy answers right on more prompts than samples this accurate reach by this chance: noise
 COLDER = (0.5, 0.3)  # the temperatures probed, in turn, when they are (FACTS: 0.3 turned 94% flat into 16%)
 ALIKE_SHARE = 0.5  # flat prompts whose K answers are one answer above this share: too cold, not too noisy
 PROBE_GAIN = 0.1  # a colder draw with this much less of its prompts flat shows that the flat ones were noise
@@ -495,7 +495,7 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
         base.unpaid = not judge.pays(greedy, right, base.max_completion_length, *rewards)
         if base.unpaid:
             return  # right answers, sampled or greedy, get no more reward than wrong ones: no draw gives spread
-    if report.greedy_pass_rate < base.pass_rate + SAMPLING_GAP:
+    if not greedy_beats_samples(report.greedy_pass_rate, len(right), base.pass_rate):
         return  # wrong greedily as well: no temperature makes the model know the answers
     for t in (t for t in COLDER if t < base.temperature):
         colder = judge.again(sample.at(t, base.max_completion_length), t)(base.max_completion_length, *rewards)
@@ -852,8 +852,8 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
     in the figures the pre-flight measured there when it probed one. None when the greedy answers are no
     better (or were not measured)."""
     greedy = report.greedy_pass_rate
-    if (greedy is None or setup.pass_rate is None or greedy < setup.pass_rate + SAMPLING_GAP
-            or setup.wrong_fraction < setup.flat_fraction / 2 or setup.unpaid):
+    if (greedy is None or setup.pass_rate is None or setup.wrong_fraction < setup.flat_fraction / 2 or setup.unpaid
+            or not greedy_beats_samples(greedy, len((report.held_against or setup).prompts), setup.pass_rate)):
         return None  # not measured, no better greedily, or right answers unpaid: not noise
     t = setup.temperature
     colder = [c for c in report.colder if c.temperature < t and c.clearly_less_flat_than(setup)]
@@ -870,6 +870,20 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
         "best answer, so each group is wrong together.",
         f"{lower}; or cut the sampling tail with min_p=0.1 (a recipe key). A higher temperature makes this worse.",
         blocking=setup.flat_fraction >= COLLAPSE_SHARE)
+
+
+def greedy_beats_samples(greedy_pass_rate: float, prompts: int, sample_pass_rate: float) -> bool:
+    """Whether the greedy answers are right on more of the `prompts` than answers as accurate as the samples would
+    be by luck (a one-sided binomial test at NOISE_P): the samples are then noisier than the model's best answer.
+    A test rather than a fixed gap: on units.csv greedy answers were right on 5 of 32 prompts and samples on 2%,
+    which a gap of 0.15 missed, and the run it refused gained +0.25 when forced.
+
+    >>> greedy_beats_samples(5 / 32, 32, 0.02), greedy_beats_samples(0.5, 32, 0.4), greedy_beats_samples(0.0, 32, 0.0)
+    (True, False, False)
+    """
+    right, p = round(greedy_pass_rate * prompts), min(max(sample_pass_rate, 0.0), 1.0)
+    chance = sum(math.comb(prompts, k) * p**k * (1 - p) ** (prompts - k) for k in range(right, prompts + 1))
+    return right > 0 and chance < NOISE_P
 
 
 def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
