@@ -129,7 +129,9 @@ budget.time = clock = BudgetClock()  # each process's own: the second one's step
 run = budget.TimeBudget(1, lambda model: [True], sys.argv[1])
 run._keep = lambda model: None
 state = run_budget(run, clock, lambda step: 10 + 3 * rank)
-print("RANK", json.dumps([rank, state.global_step, [point["step"] for point in run.curve]]), flush=True)
+# one write: both ranks share the launcher's stdout, and print's separate writes of "RANK" and the rest interleaved
+sys.stdout.write("RANK " + json.dumps([rank, state.global_step, [point["step"] for point in run.curve]]) + "\\n")
+sys.stdout.flush()
 import torch.distributed
 
 torch.distributed.destroy_process_group()  # a clean exit: left to interpreter teardown, a rank aborted now and then
@@ -144,7 +146,7 @@ def test_a_time_budget_stops_and_measures_every_process_at_the_same_step(tmp_pat
     script.write_text(BUDGET_RANKS)
     done = run(launch_cmd(2, str(tmp_path), str(REPO), program=(str(script),)), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = sorted(json.loads(line.split("RANK ", 1)[1]) for line in done.stdout.splitlines() if "RANK " in line)
+    ranks = sorted(json.loads(found) for found in re.findall(r"RANK (\[\d+, \d+, \[[\d, ]*\]\])", done.stdout))
     assert [rank for rank, _, _ in ranks] == [0, 1], done.stdout[-3000:] + done.stderr[-3000:]
     (_, steps, measured), (_, steps_1, measured_1) = ranks
     assert steps == steps_1 == 6 and measured == measured_1 and measured[-1] == 6, ranks
