@@ -85,19 +85,24 @@ def write(name: str, result: dict, table: list[str], notes: str = "") -> None:
 
 
 RUN_STAMP = "benchmark_stamp.json"  # beside a run's metrics.json: what made it, checked before it is reused
-SPEED_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "RLOO_KIT_CPU_DTYPE")  # settings that change a run, not its command
+RUN_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "RLOO_KIT_CPU_DTYPE")  # settings that change a run, not its command
 
 
 def run_stamp(args: list[str]) -> dict:
-    """What makes a run: the kit's source (its git tree and any change not committed), the command's options and
-    the environment variables that change its speed. A run made otherwise is not this run."""
+    """What makes a run: the kit's source (its git tree and any change not committed), the command's options and the
+    contents of the files they name, the libraries' versions and the environment variables that change a run. A run
+    made otherwise is not this run."""
+    from importlib.metadata import version
+
     def git(*cmd: str) -> bytes:
         return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True).stdout
 
     changed = git("diff", "HEAD", "--", "rloo_kit") + git("status", "--porcelain", "--", "rloo_kit")
+    files = {a: hashlib.sha256(Path(a).read_bytes()).hexdigest()[:16] for a in args if Path(a).is_file()}
     return {"rloo_kit": git("rev-parse", "HEAD:rloo_kit").decode().strip(),
             "uncommitted": hashlib.sha256(changed).hexdigest()[:16] if changed else None,
-            "args": args, "env": {k: os.environ.get(k) for k in SPEED_ENV}}
+            "args": args, "files": files, "versions": {m: version(m) for m in ("torch", "transformers", "trl", "peft")},
+            "env": {k: os.environ.get(k) for k in RUN_ENV}}
 
 
 def cli_train(out: Path, args: list[str], label: str, reuse: bool = False, train: bool = True) -> tuple[dict, str]:

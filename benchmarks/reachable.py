@@ -53,7 +53,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=["opposites", "larger", "animal_or_colour", "number_words"],
                     choices=[name for name, (kind, _) in CASES.items() if name != "demo"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=16, choices=[2, 4, 8, 16, 32], help="K: pass@K is reported "
+                    "for powers of two")
     ap.add_argument("--note", default="", help="what the table means, written under it")
     args = ap.parse_args()
     model, tok = load_model("smollm2-135m", preset="cpu")

@@ -16,9 +16,9 @@ from .choices import BACKENDS
 from .distributed import local_process_index, world_size
 from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
-from .memory import ModelShape
+from .memory import model_shape
 from .patches import patch_model
-from .presets import LORA_ALL_LINEAR, SMALL_MODEL_PARAMS, Preset, load_in_4bit_for, resolve_preset
+from .presets import LORA_ALL_LINEAR, PRESETS, SMALL_MODEL_PARAMS, Preset, load_in_4bit_for, resolve_preset
 from .sources import ALIASES, DEFAULT_MODEL, check_source, resolve_source
 
 if TYPE_CHECKING:
@@ -84,14 +84,14 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
 
 
 def _load_in_4bit(source: str, preset: Preset) -> bool:
-    """The preset's 4-bit for this model's size (its config only), said where it differs from the preset's."""
-    if not preset.load_in_4bit:
-        return False
-    from transformers import AutoConfig
-
+    """The preset's 4-bit for this model's size (its config only), said where it differs from the preset's. A preset
+    whose 4-bit was changed from its own (`dataclasses.replace`, a recipe) keeps it: that was asked."""
+    own = PRESETS.get(preset.name)
+    if not preset.load_in_4bit or own is None or own.load_in_4bit != preset.load_in_4bit:
+        return preset.load_in_4bit
     try:
-        params = ModelShape.from_config(AutoConfig.from_pretrained(source, trust_remote_code=False)).params
-    except (AttributeError, OSError, ValueError):  # a config without a decoder's sizes: the preset decides
+        params = model_shape(source).params
+    except (AttributeError, OSError, TypeError, ValueError):  # a config without a decoder's sizes: the preset decides
         return True
     if load_in_4bit_for(preset, params):
         return True

@@ -71,6 +71,7 @@ UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
 FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
 BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
 NOISE_P = 0.05  # greedy answers right on more prompts than samples this accurate reach by this chance: noise
+NOISE_GAP = 0.05  # ... and on this much more of them at least (over many prompts, a tiny lead passes the test)
 COLDER = (0.5, 0.3)  # the temperatures probed, in turn, when they are (FACTS: 0.3 turned 94% flat into 16%)
 ALIKE_SHARE = 0.5  # flat prompts whose K answers are one answer above this share: too cold, not too noisy
 PROBE_GAIN = 0.1  # a colder draw with this much less of its prompts flat shows that the flat ones were noise
@@ -495,7 +496,7 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
         base.unpaid = not judge.pays(greedy, right, base.max_completion_length, *rewards)
         if base.unpaid:
             return  # right answers, sampled or greedy, get no more reward than wrong ones: no draw gives spread
-    if not greedy_beats_samples(report.greedy_pass_rate, len(right), base.pass_rate):
+    if not _greedy_beats(report, base):
         return  # wrong greedily as well: no temperature makes the model know the answers
     for t in (t for t in COLDER if t < base.temperature):
         colder = judge.again(sample.at(t, base.max_completion_length), t)(base.max_completion_length, *rewards)
@@ -853,7 +854,7 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
     better (or were not measured)."""
     greedy = report.greedy_pass_rate
     if (greedy is None or setup.pass_rate is None or setup.wrong_fraction < setup.flat_fraction / 2 or setup.unpaid
-            or not greedy_beats_samples(greedy, len((report.held_against or setup).prompts), setup.pass_rate)):
+            or not _greedy_beats(report, setup)):
         return None  # not measured, no better greedily, or right answers unpaid: not noise
     t = setup.temperature
     colder = [c for c in report.colder if c.temperature < t and c.clearly_less_flat_than(setup)]
@@ -872,18 +873,32 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
         blocking=setup.flat_fraction >= COLLAPSE_SHARE)
 
 
-def greedy_beats_samples(greedy_pass_rate: float, prompts: int, sample_pass_rate: float) -> bool:
-    """Whether the greedy answers are right on more of the `prompts` than answers as accurate as the samples would
-    be by luck (a one-sided binomial test at NOISE_P): the samples are then noisier than the model's best answer.
-    A test rather than a fixed gap: on units.csv greedy answers were right on 5 of 32 prompts and samples on 2%,
-    which a gap of 0.15 missed, and the run it refused gained +0.25 when forced.
+def greedy_beats_samples(greedy_pass_rate: float, prompts: int, sample_pass_rate: float, samples: int) -> bool:
+    """Whether the greedy answers are right on more of the `prompts` than answers as accurate as the `samples` would
+    be by luck (a one-sided binomial test at NOISE_P, the samples' accuracy counted with one right and one wrong
+    more, so that none right of 128 is not taken for certainty), and by NOISE_GAP at least: the samples are then
+    noisier than the model's best answer. A test rather than a fixed gap of 0.15: on units.csv greedy answers were
+    right on 5 of 32 prompts and samples on 2%, which that gap missed, and the run it refused gained +0.25 forced.
 
-    >>> greedy_beats_samples(5 / 32, 32, 0.02), greedy_beats_samples(0.5, 32, 0.4), greedy_beats_samples(0.0, 32, 0.0)
-    (True, False, False)
+    >>> greedy_beats_samples(5 / 32, 32, 3 / 128, 128), greedy_beats_samples(0.5, 32, 0.4, 128)
+    (True, False)
+    >>> greedy_beats_samples(1 / 32, 32, 0.0, 128), greedy_beats_samples(0.3, 2000, 0.28, 8000)
+    (False, False)
     """
-    right, p = round(greedy_pass_rate * prompts), min(max(sample_pass_rate, 0.0), 1.0)
-    chance = sum(math.comb(prompts, k) * p**k * (1 - p) ** (prompts - k) for k in range(right, prompts + 1))
-    return right > 0 and chance < NOISE_P
+    right = round(greedy_pass_rate * prompts)
+    p = (sample_pass_rate * samples + 1) / (samples + 2)
+    if right == 0 or greedy_pass_rate < sample_pass_rate + NOISE_GAP:
+        return False
+    log_p, log_q = math.log(p), math.log1p(-p)  # in logs: math.comb overflows a float past ~1000 prompts
+    chance = sum(math.exp(math.lgamma(prompts + 1) - math.lgamma(k + 1) - math.lgamma(prompts - k + 1)
+                          + k * log_p + (prompts - k) * log_q) for k in range(right, prompts + 1))
+    return chance < NOISE_P
+
+
+def _greedy_beats(report: PreflightReport, setup: Setup) -> bool:
+    """`greedy_beats_samples` for `setup`, over the prompts the greedy answers were asked for."""
+    prompts = len((report.held_against or setup).prompts)
+    return greedy_beats_samples(report.greedy_pass_rate, prompts, setup.pass_rate, prompts * report.num_generations)
 
 
 def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:

@@ -1,7 +1,10 @@
+import dataclasses
+
 import pytest
 
 import rloo_kit
 from rloo_kit import ConfigError, ModelSourceError
+from rloo_kit.presets import get_preset
 from rloo_kit.sources import ALIASES, fetch_model, resolve_source
 
 
@@ -123,4 +126,7 @@ def test_a_small_model_loads_unquantized_under_a_4bit_preset_unless_4bit_is_aske
     assert not any("Linear4bit" in type(m).__name__ for m in model.modules())
     assert "weights unquantized, not the 8gb preset's 4-bit" in caplog.text
     model, _ = rloo_kit.load_model(str(tiny_model_dir), preset="8gb", backend="transformers", load_in_4bit=True)
+    assert getattr(model, "is_loaded_in_4bit", False)
+    asked = dataclasses.replace(get_preset("cpu"), load_in_4bit=True)  # a preset changed to 4-bit: asked too
+    model, _ = rloo_kit.load_model(str(tiny_model_dir), preset=asked, backend="transformers")
     assert getattr(model, "is_loaded_in_4bit", False)

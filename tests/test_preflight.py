@@ -147,7 +147,6 @@ def test_samples_wrong_where_greedy_answers_are_right_are_noise_and_the_fix_is_c
     assert "lower temperature 0.7 -> 0.35" in unprobed.problems[0].fix
 
 
-
 def test_greedy_answers_right_far_more_often_than_samples_are_noise_even_where_both_are_rare():
     """units.csv, seed 2: greedy answers right on 5 of 32 prompts, samples on 2%, 91% of prompts flat. A fixed gap
     of 0.15 called it reward_collapse and refused a run that gained +0.25 forced; beyond luck, it is noise."""
@@ -155,6 +154,8 @@ def test_greedy_answers_right_far_more_often_than_samples_are_noise_even_where_b
     rare = dict(NOISY, flat_fraction=0.91, pass_rate=0.023, prompts=prompts)
     assert report(greedy_pass_rate=5 / 32, **rare).kinds() == ["sampling_noise"]
     assert report(greedy_pass_rate=1 / 32, **dict(rare, pass_rate=0.05)).kinds() == ["reward_collapse"]  # luck
+    assert report(greedy_pass_rate=1 / 32, **dict(rare, pass_rate=0.0)).kinds() == ["reward_collapse"]  # an anecdote
+
 
 class _Draws:
     """The sampler and judge `_fit_sampling` asks, for 16 prompts: greedy answers right on the first `greedy_right`,
