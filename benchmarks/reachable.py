@@ -15,19 +15,7 @@ import argparse
 import statistics
 
 from common import stamp, write
-from sampling_fit import CASES
-
-
-def task_args(name: str) -> dict:
-    """load_task's arguments from the CLI options sampling_fit trains the task with."""
-    options, args = CASES[name][1], {}
-    for flag, key in (("--task", "name"), ("--path", "path"), ("--prompt-column", "prompt_column"),
-                      ("--answer-column", "answer_column")):
-        if flag in options:
-            args[key] = options[options.index(flag) + 1]
-    if args.get("name") == "arithmetic":
-        args.pop("path", None)
-    return args
+from sampling_fit import CASES, task_args
 
 
 def measure(model, tok, name: str, seed: int, samples: int) -> dict:

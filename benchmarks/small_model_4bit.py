@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-from common import REPO, stamp, write
+from common import stamp, write
+from sampling_fit import task_args
 
-TASKS = {  # name: (load_task arguments, which split, prompts, completion tokens)
-    "units": (dict(name="file", path=str(REPO / "benchmarks/tasks/units.csv"), prompt_column="question",
-                   answer_column="amount"), "train", 64, 128),
-    "word_sums": (dict(name="file", path=str(REPO / "benchmarks/tasks/word_sums.jsonl"), prompt_column="question",
-                       answer_column="result"), "train", 64, 128),
-    "opposites": (dict(name="file", path=str(REPO / "benchmarks/tasks/opposites.jsonl")), "train", 64, 32),
-    "arithmetic": (dict(name="arithmetic"), "test", 50, 16),
+TASKS = {  # name: (sampling_fit's case, which split, prompts, completion tokens)
+    "units": ("units", "train", 64, 128),
+    "word_sums": ("word_sums", "train", 64, 128),
+    "opposites": ("opposites", "train", 64, 32),
+    "arithmetic": ("demo", "test", 50, 16),
 }
 
 
@@ -32,8 +31,8 @@ def greedy(model_name: str, four_bit: bool) -> dict:
 
     model, tok = load_model(model_name, preset="cpu", backend="transformers", load_in_4bit=four_bit)
     reports = {}
-    for name, (args, split, n, tokens) in TASKS.items():
-        task = load_task(**args)
+    for name, (case, split, n, tokens) in TASKS.items():
+        task = load_task(**task_args(case))
         rows = getattr(task, split)
         reports[name] = evaluate(model, tok, rows.select(range(min(n, len(rows)))), max_new_tokens=tokens,
                                  match=task.match)

@@ -18,7 +18,14 @@ from .errors import ConfigError, ModelSourceError
 from .hardware import Hardware, detect_hardware, hub_reachable
 from .memory import model_shape
 from .patches import patch_model
-from .presets import LORA_ALL_LINEAR, PRESETS, SMALL_MODEL_PARAMS, Preset, load_in_4bit_for, resolve_preset
+from .presets import (
+    LORA_ALL_LINEAR,
+    SMALL_MODEL_PARAMS,
+    Preset,
+    changed_from_own,
+    load_in_4bit_for,
+    resolve_preset,
+)
 from .sources import ALIASES, DEFAULT_MODEL, check_source, resolve_source
 
 if TYPE_CHECKING:
@@ -86,8 +93,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, preset: str | Preset | None
 def _load_in_4bit(source: str, preset: Preset) -> bool:
     """The preset's 4-bit for this model's size (its config only), said where it differs from the preset's. A preset
     whose 4-bit was changed from its own (`dataclasses.replace`, a recipe) keeps it: that was asked."""
-    own = PRESETS.get(preset.name)
-    if not preset.load_in_4bit or own is None or own.load_in_4bit != preset.load_in_4bit:
+    if not preset.load_in_4bit or changed_from_own(preset, "load_in_4bit"):
         return preset.load_in_4bit
     try:
         params = model_shape(source).params

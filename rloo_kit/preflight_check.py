@@ -885,10 +885,9 @@ def greedy_beats_samples(greedy_pass_rate: float, prompts: int, sample_pass_rate
     >>> greedy_beats_samples(1 / 32, 32, 0.0, 128), greedy_beats_samples(0.3, 2000, 0.28, 8000)
     (False, False)
     """
-    right = round(greedy_pass_rate * prompts)
-    p = (sample_pass_rate * samples + 1) / (samples + 2)
-    if right == 0 or greedy_pass_rate < sample_pass_rate + NOISE_GAP:
+    if greedy_pass_rate < sample_pass_rate + NOISE_GAP:
         return False
+    right, p = round(greedy_pass_rate * prompts), (sample_pass_rate * samples + 1) / (samples + 2)
     log_p, log_q = math.log(p), math.log1p(-p)  # in logs: math.comb overflows a float past ~1000 prompts
     chance = sum(math.exp(math.lgamma(prompts + 1) - math.lgamma(k + 1) - math.lgamma(prompts - k + 1)
                           + k * log_p + (prompts - k) * log_q) for k in range(right, prompts + 1))

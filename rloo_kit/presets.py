@@ -183,6 +183,13 @@ def learning_rate_for(preset: Preset, params: float) -> float:
     return preset.learning_rate
 
 
+def changed_from_own(preset: Preset, field: str) -> bool:
+    """Whether `preset`'s `field` differs from its named preset's own (`dataclasses.replace`, a recipe), or the preset
+    has no known name: a value asked for, which the kit's rules for a model's size leave as it is."""
+    own = PRESETS.get(preset.name)
+    return own is None or getattr(own, field) != getattr(preset, field)
+
+
 def load_in_4bit_for(preset: Preset, params: float) -> bool:
     """Whether a model of `params` parameters loads in 4-bit under `preset`, unless 4-bit is asked for or against.
 

@@ -38,9 +38,9 @@ from .patches.private import load_checkpoint
 from .pool import PoolCallback, PromptPool
 from .presets import (
     GPU_PRESETS,
-    PRESETS,
     SMALL_MODEL_PARAMS,
     Preset,
+    changed_from_own,
     learning_rate_for,
     make_config,
     resolve_preset,
@@ -191,8 +191,7 @@ def _learning_rate(model, preset: Preset) -> float:
     """The preset's learning rate for this model's size (`presets.learning_rate_for`), said when it differs. A
     preset whose rate was changed from its own (`dataclasses.replace`, a recipe) keeps it: that rate was asked."""
     config = getattr(model, "config", None)
-    own = PRESETS[preset.name].learning_rate if preset.name in PRESETS else None
-    if config is None or preset.learning_rate != own:
+    if config is None or changed_from_own(preset, "learning_rate"):
         return preset.learning_rate
     try:
         params = ModelShape.from_config(config).params
