@@ -62,8 +62,15 @@ def cmd_doctor(args) -> int:
 
 def cmd_presets(args) -> int:
     from .hardware import detect_hardware
-    from .memory import FIT_MARGIN, estimate_memory
-    from .presets import get_preset, list_presets
+    from .memory import FIT_MARGIN, model_shape
+    from .presets import (
+        SMALL_MODEL_PARAMS,
+        estimate_as_loaded,
+        get_preset,
+        learning_rate_for,
+        list_presets,
+        load_in_4bit_for,
+    )
 
     if args.explain:
         print(get_preset(args.explain).explain())
@@ -72,21 +79,32 @@ def cmd_presets(args) -> int:
     header = ["preset", "memory", "models up to", "4-bit", "lora r", "seq", "gens", "batch", "completion", "lr",
               "beta"] + (["estimate"] if args.model else [])
     table = [header]
+    shape = model_shape(args.model) if args.model else None
     cpu_bf16 = bool(args.model) and detect_hardware().cpu_bf16  # the cpu row: this machine's CPU path
+    changed = False  # a row whose 4-bit or rate the model's size changes from the preset's
     for p in list_presets():
-        row = [p.name, f"{p.memory_gb:g} GiB", f"{p.max_params_b:g}B", "yes" if p.load_in_4bit else "no",
-               str(p.lora_r), str(p.max_seq_length), str(p.num_generations), str(p.per_device_train_batch_size),
-               str(p.max_completion_length), f"{p.learning_rate:g}", f"{p.beta:g}"]
-        if args.model:
+        four_bit, lr = p.load_in_4bit, p.learning_rate
+        if shape:
+            four_bit, lr = load_in_4bit_for(p, shape.params), learning_rate_for(p, shape.params)
+        mark = lambda differs: "*" if differs else ""  # noqa: E731
+        changed |= four_bit != p.load_in_4bit or lr != p.learning_rate
+        row = [p.name, f"{p.memory_gb:g} GiB", f"{p.max_params_b:g}B",
+               ("yes" if four_bit else "no") + mark(four_bit != p.load_in_4bit), str(p.lora_r), str(p.max_seq_length),
+               str(p.num_generations), str(p.per_device_train_batch_size), str(p.max_completion_length),
+               f"{lr:g}" + mark(lr != p.learning_rate), f"{p.beta:g}"]
+        if shape:
             device = "cpu" if p.name == "cpu" else "cuda"
-            est = estimate_memory(args.model, p, device=device, cpu_bf16=cpu_bf16).total_gb
+            est = estimate_as_loaded(shape, p, device=device, cpu_bf16=cpu_bf16).total_gb
             row.append(f"{est:.2f} GiB" + ("" if est <= p.memory_gb * FIT_MARGIN[device] else " (too big)"))
         table.append(row)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     print("\nbatch counts completions (prompts x gens). Estimate: weights + LoRA/optimizer + activations + "
           "overhead, per GPU; see rloo_kit.memory.estimate_memory.")
+    if changed:
+        print(f"* for this model's size, not the preset's own: a model under {SMALL_MODEL_PARAMS / 1e9:g}B parameters "
+              "loads unquantized and trains at a larger rate (rloo-kit presets --explain NAME).")
     return 0
 
 

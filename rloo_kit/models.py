@@ -94,7 +94,7 @@ def _load_in_4bit(source: str, preset: Preset) -> bool:
     """The preset's 4-bit for this model's size (its config only), said where it differs from the preset's. A preset
     whose 4-bit was changed from its own (`dataclasses.replace`, a recipe) keeps it: that was asked."""
     if not preset.load_in_4bit or changed_from_own(preset, "load_in_4bit"):
-        return preset.load_in_4bit
+        return preset.load_in_4bit  # without reading the config
     try:
         params = model_shape(source).params
     except (AttributeError, OSError, TypeError, ValueError):  # a config without a decoder's sizes: the preset decides

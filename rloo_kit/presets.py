@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .errors import ConfigError, ModelTooLargeError
 from .hardware import Hardware, detect_hardware
 from .limits import check_numbers
-from .memory import FIT_MARGIN, ModelShape, estimate_memory
+from .memory import FIT_MARGIN, MemoryEstimate, ModelShape, estimate_memory, model_shape
 
 if TYPE_CHECKING:
     from trl import RLOOConfig
@@ -205,9 +205,19 @@ def load_in_4bit_for(preset: Preset, params: float) -> bool:
         params: the model's parameter count (`memory.ModelShape.params`).
 
     Returns:
-        The preset's `load_in_4bit`, False for a model under SMALL_MODEL_PARAMS.
+        The preset's `load_in_4bit`, False for a model under SMALL_MODEL_PARAMS unless the preset's 4-bit was changed
+        from its own (`changed_from_own`: asked for).
     """
-    return preset.load_in_4bit and params >= SMALL_MODEL_PARAMS
+    return preset.load_in_4bit and (params >= SMALL_MODEL_PARAMS or changed_from_own(preset, "load_in_4bit"))
+
+
+def estimate_as_loaded(model: ModelShape | float | str, preset: Preset, *, device: str | None = None,
+                       cpu_bf16: bool = False) -> MemoryEstimate:
+    """`memory.estimate_memory` of the weights as the kit loads them (`load_in_4bit_for`): a 135M model under a 4-bit
+    GPU preset is counted in bf16, as it trains, not in NF4."""
+    shape = model_shape(model)
+    loaded = dataclasses.replace(preset, load_in_4bit=load_in_4bit_for(preset, shape.params))
+    return estimate_memory(shape, loaded, device=device, cpu_bf16=cpu_bf16)
 
 
 def list_presets() -> list[Preset]:
@@ -262,11 +272,12 @@ def pick_preset(hardware: Hardware | None = None, model: ModelShape | float | st
     if model is None:
         return candidates[0]
     budget = hw.total_memory_gb * FIT_MARGIN[device]
+    shape = model_shape(model)
     for preset in candidates:
-        if estimate_memory(model, preset, device=device, cpu_bf16=hw.cpu_bf16).total_gb <= budget:
+        if estimate_as_loaded(shape, preset, device=device, cpu_bf16=hw.cpu_bf16).total_gb <= budget:
             return preset
     smallest = candidates[-1]
-    need = estimate_memory(model, smallest, device=device, cpu_bf16=hw.cpu_bf16).total_gb
+    need = estimate_as_loaded(shape, smallest, device=device, cpu_bf16=hw.cpu_bf16).total_gb
     raise ModelTooLargeError(
         f"The model needs about {need:.1f} GiB with the smallest fitting preset '{smallest.name}', but this "
         f"{hw.device} ({hw.name}) has {hw.total_memory_gb:.1f} GiB. Pick a smaller model (the '{smallest.name}' "

@@ -73,7 +73,15 @@ def test_presets_table_with_model_estimate(capsys):
     assert main(["presets", "--model", "1.5B"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("cpu", "8gb", "t4-16gb", "24gb", "40gb", "80gb"))
-    assert "estimate" in out and "GiB" in out
+    assert "estimate" in out and "GiB" in out and "*" not in out
+
+
+def test_presets_table_shows_what_a_small_model_trains_with(capsys):
+    """A 135M model loads unquantized and trains at 4e-4 under every GPU preset: the table says so, not the preset's
+    4-bit and 5e-5."""
+    assert main(["presets", "--model", "135M"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("8gb")}
+    assert rows["8gb"][4] == "no*" and rows["8gb"][10] == "0.0004*"  # "8 GiB" is two words
 
 
 def test_bad_input_is_a_clear_error_and_exit_code():

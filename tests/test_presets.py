@@ -157,6 +157,20 @@ def test_a_small_model_is_not_quantized_where_its_preset_quantizes():
     assert load_in_4bit_for(get_preset("80gb"), SMALL_MODEL_PARAMS) is True
     assert load_in_4bit_for(get_preset("8gb"), 1.5e9) is True
     assert load_in_4bit_for(get_preset("cpu"), 1.5e9) is False  # the preset's own: no 4-bit on a CPU
+    asked = dataclasses.replace(get_preset("cpu"), load_in_4bit=True)
+    assert load_in_4bit_for(asked, 0.135e9) is True  # changed from the preset's own: asked for
+
+
+def test_the_memory_estimate_counts_a_small_model_as_the_kit_loads_it():
+    """The 8gb preset's NF4 would count SmolLM2-135M's linear layers at a quarter of the bf16 they train in."""
+    from rloo_kit.presets import estimate_as_loaded
+
+    small, large = ModelShape.from_params(135e6), ModelShape.from_params(1.5e9)
+    nf4 = dataclasses.replace(get_preset("8gb"), load_in_4bit=True)
+    bf16 = dataclasses.replace(get_preset("8gb"), load_in_4bit=False)
+    assert estimate_as_loaded(small, get_preset("8gb")) == estimate_memory(small, bf16)
+    assert estimate_as_loaded(small, get_preset("8gb")).weights_gb > 1.5 * estimate_memory(small, nf4).weights_gb
+    assert estimate_as_loaded(large, get_preset("8gb")) == estimate_memory(large, nf4)
 
 
 def test_a_config_pins_the_training_defaults_unsloth_changes(monkeypatch, tmp_path):
