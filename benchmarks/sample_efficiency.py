@@ -7,7 +7,8 @@ one seed run back to back so that they share the machine's state:
 - filter: `--spread-filter` (a step's flat groups left out of its forward and backward passes);
 - pool_filter: both;
 - double: twice the prompts per step (`--batch-size` 2x the preset's), the honest control: more rollouts a
-          step also means more groups with spread.
+          step also means more groups with spread;
+- no_kl:  `--beta 0`: no KL penalty, so no reference pass a step (DAPO and Dr. GRPO drop it).
 
 Reported per task and arm: held-out accuracy before and after (the kept, best-validation adapter), the
 paired difference arm - plain over seeds with a bootstrap 95% interval and the sign test over seeds, steps
@@ -17,7 +18,7 @@ every 5 steps for them, the same cost in every arm). Adopt an arm as the default
 excludes 0 and costs no task more than one held-out prompt on average.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--tasks demo word_sums] [--seeds 0 1 2 3 4] [--minutes 3]
-        [--arms plain pool filter pool_filter double] [--reuse]
+        [--arms plain pool filter pool_filter double no_kl] [--reuse]
 
 Writes benchmarks/results/sample-efficiency.{json,md} (`--name` another); runs live in runs/bench-efficiency/.
 """
@@ -37,7 +38,8 @@ from rloo_kit.presets import PRESETS
 
 RUNS = REPO / "runs" / "bench-efficiency"
 ARMS = {"plain": [], "pool": ["--prompt-pool"], "filter": ["--spread-filter"],
-        "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"]}
+        "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"],
+        "no_kl": ["--beta", "0"]}
 SAVE_STEPS = 5  # checkpoints, whose logs give the groups with spread a minute
 COMPLETIONS_PER_STEP = PRESETS["cpu"].per_device_train_batch_size  # what "double" doubles
 

@@ -35,11 +35,14 @@ class Thresholds:
     grad_spikes: int = 2  # this many spikes within the window
     # kl_explosion: per-token KL (TRL's log-ratio estimate) above kl_max, or kl_growth times its
     # early level (floored at kl_floor); or, when no KL is logged (beta=0), entropy under
-    # entropy_drop of its early level.
+    # entropy_drop of its early level while the reward has not risen by entropy_reward_rise x its early
+    # within-group spread (a policy that learns grows sure of its answers too: the demo's entropy falls
+    # from 0.8 to 0.02 a token in ten steps as its reward triples).
     kl_max: float = 1.0
     kl_growth: float = 20.0
     kl_floor: float = 0.05
     entropy_drop: float = 0.3
+    entropy_reward_rise: float = 0.5
     # reward_collapse: the share of prompts whose completions all got the same reward. Its fix points by the
     # policy's per-token entropy: above noisy_entropy the samples are noise (the demo learns from ~3 at first,
     # so it takes a collapse as well), and a colder draw helps; below alike_entropy the K samples are one
@@ -124,7 +127,7 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
         ent = _series(history, "entropy")
         if len(ent) > t.warmup_steps + t.patience:
             early = statistics.median(ent[:t.warmup_steps])
-            if all(e < t.entropy_drop * early for e in ent[-t.patience:]):
+            if all(e < t.entropy_drop * early for e in ent[-t.patience:]) and not _reward_rose(history, t):
                 found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
                                          "kl": "not logged (beta=0)"}
 
@@ -146,6 +149,17 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
         found["memorisation"] = memorising
     found.update(_tool_signs(history, t))
     return found
+
+
+def _reward_rose(history: list[dict], t: Thresholds) -> bool:
+    """Whether the reward of the last `patience` steps is above its first `warmup_steps` by entropy_reward_rise x
+    the early within-group spread: a policy converging on what pays, not one running away."""
+    rewards, spread = _series(history, "reward"), _series(history, "reward_std")
+    if len(rewards) < t.warmup_steps + t.patience:
+        return False
+    early = statistics.median(rewards[:t.warmup_steps])
+    noise = statistics.median(spread[:t.warmup_steps]) if len(spread) >= t.warmup_steps else 0.0
+    return statistics.fmean(rewards[-t.patience:]) > early + t.entropy_reward_rise * max(noise, 1e-3)
 
 
 def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
