@@ -12,7 +12,7 @@ from .errors import ConfigError, RlooKitError
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FILE_HELP = """\
-Your own task (--task file --path FILE): a .jsonl, .json, .csv or .parquet file with one row per question,
+Your own task (--task file --path FILE): a .jsonl, .json, .csv, .tsv or .parquet file with one row per question,
 a prompt column (text, or chat messages) and an answer column (--prompt-column / --answer-column to name
 yours). An answer is a number, a text, or a list of accepted texts. A completion is right when its final
 answer matches: numbers compare numerically (the reply's marked answer, else its final number; 1,000 =
@@ -492,7 +492,7 @@ def _task_args(sp, auto: bool = True) -> None:
                     help="auto: arithmetic on a CPU, gsm8k on a GPU; file: your own (see below)" if auto else
                     "default: the task the adapter was trained on, with its file, columns and held-out split (the "
                     "recipe.yaml beside it), else arithmetic; file: your own (see below)")
-    sp.add_argument("--path", help="local jsonl/json/csv/parquet for the gsm8k or file task")
+    sp.add_argument("--path", help="local jsonl/json/csv/tsv/parquet for the gsm8k or file task")
     sp.add_argument("--prompt-column", default=FILE_DEFAULTS["prompt_column"], help="the file's question column")
     sp.add_argument("--answer-column", default=FILE_DEFAULTS["answer_column"], help="the file's answer column")
     sp.add_argument("--n-test", type=int, default=None,
@@ -612,8 +612,8 @@ def _train_rm_parser(sub) -> None:
     from .sources import DEFAULT_MODEL
 
     rm = sub.add_parser("train-rm", help="train a reward model on preference pairs (prompt, chosen, rejected)")
-    rm.add_argument("--path", required=True, help="a .jsonl/.json/.csv/.parquet file, one pair a row: prompt, chosen "
-                    "(the preferred answer), rejected (TRL's preference format)")
+    rm.add_argument("--path", required=True, help="a .jsonl/.json/.csv/.tsv/.parquet file, one pair a row: prompt, "
+                    "chosen (the preferred answer), rejected (TRL's preference format)")
     rm.add_argument("--output-dir", default="runs/reward-model", help="where the reward model and its metrics go")
     rm.add_argument("--model", default=DEFAULT_MODEL, help="the model under the score head: hub id, directory, .gguf "
                     f"or alias (default {DEFAULT_MODEL}, offline)")

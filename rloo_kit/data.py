@@ -148,7 +148,7 @@ def load_gsm8k(path_or_id: str = "openai/gsm8k", split: str = "train", *,
 
 def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str | None = None,
                system_prompt: str | None = None, split: str = "train", encoding: str = "utf-8") -> Dataset:
-    """Any local jsonl/json/csv/parquet. `prompt_column` (a text, or a conversation: a list of
+    """Any local jsonl/json/csv/tsv/parquet. `prompt_column` (a text, or a conversation: a list of
     role/content messages, TRL's conversational format) becomes `prompt`; `answer_column`, if given,
     becomes `answer`: a string, or a list of accepted strings. `system_prompt` goes before every prompt
     that has no system message of its own. Answers drawn from a few repeated labels (a classification
@@ -159,7 +159,7 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
     an answer scored as the text 'None' would train and count a wrong target in silence.
 
     Args:
-        path: a local .jsonl, .json, .csv or .parquet file (a path that does not exist is tried as a hub id).
+        path: a local .jsonl, .json, .csv, .tsv or .parquet file (a path that does not exist is tried as a hub id).
         prompt_column: the column that holds each prompt.
         answer_column: the column that holds each answer; no `answer` column when None.
         system_prompt: a system message put before prompts that have none; none added when None.
@@ -217,13 +217,15 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
     if kind == "csv":
         import csv
 
-        reader = csv.DictReader(text.splitlines())
+        tabs = path.suffix.lower() == ".tsv"
+        reader = csv.DictReader(text.splitlines(), delimiter="\t" if tabs else ",")
         rows = []
         for r in reader:
             if None in r:  # csv puts the fields beyond the header's under None
                 raise DataError(f"'{path}' line {reader.line_num} has {len(reader.fieldnames) + len(r[None])} fields, "
                                 f"its header {len(reader.fieldnames)} ({', '.join(reader.fieldnames)}). A text with a "
-                                'comma needs double quotes: "Which is larger, 70 or 95?",95')
+                                + ("tab needs double quotes around it." if tabs else
+                                   'comma needs double quotes: "Which is larger, 70 or 95?",95'))
             if any((v or "").strip() for v in r.values()):
                 rows.append((f"line {reader.line_num}", dict(r)))
         return rows
@@ -257,9 +259,10 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
 
 
 def _kind(path: Path) -> str:
-    kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix.lower())
+    kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}.get(
+        path.suffix.lower())
     if kind is None or not path.is_file():
-        raise DataError(f"Cannot read '{path}': use a .jsonl, .json, .csv or .parquet file.")
+        raise DataError(f"Cannot read '{path}': use a .jsonl, .json, .csv, .tsv or .parquet file.")
     if path.stat().st_size == 0:
         raise DataError(f"'{path}' is empty. Each line (row) needs a prompt and an answer, e.g. "
                         '{"prompt": "What is the opposite of hot?", "answer": "cold"}.')

@@ -45,7 +45,7 @@ METRICS = "metrics.json"
 # ---------------------------------------------------------------------------------------------- data
 
 def load_preferences(source: str | Path | Dataset | Sequence[dict], *, encoding: str = "utf-8") -> Dataset:
-    """Preference pairs in TRL's format (`prompt`, `chosen`, `rejected`), from a jsonl/json/csv/parquet file,
+    """Preference pairs in TRL's format (`prompt`, `chosen`, `rejected`), from a jsonl/json/csv/tsv/parquet file,
     a Dataset or a list of rows, checked before any model loads: every column present, no empty value, no
     pair whose two answers are the same, enough pairs to train and hold some out. The prompt may be a text or
     chat messages; chosen/rejected a text or the assistant's message(s)."""
@@ -54,7 +54,7 @@ def load_preferences(source: str | Path | Dataset | Sequence[dict], *, encoding:
     where = str(source) if isinstance(source, (str, Path)) else "the preferences"
     if isinstance(source, (str, Path)):
         if not Path(source).expanduser().exists() and not re.fullmatch(r"[\w.-]+/[\w.-]+", str(source)):
-            raise DataError(f"No preference file at '{source}'. Give a .jsonl/.json/.csv/.parquet file with the "
+            raise DataError(f"No preference file at '{source}'. Give a .jsonl/.json/.csv/.tsv/.parquet file with the "
                             "columns prompt, chosen, rejected (or a hub dataset id, org/name, where the hub is "
                             "reachable).")
         records = _records(str(source), "train", encoding)
@@ -214,7 +214,7 @@ def train_reward_model(preferences: str | Path | Dataset | Sequence[dict], outpu
     that needs no weights (the file, the settings, the output directory, the model's source) comes first.
 
     Args:
-        preferences: pairs with `prompt`, `chosen` and `rejected`: a jsonl/json/csv/parquet file, a hub dataset id,
+        preferences: pairs with `prompt`, `chosen` and `rejected`: a jsonl/json/csv/tsv/parquet file, a hub dataset id,
             a Dataset or a list of rows (`load_preferences`).
         output_dir: the directory to write the reward model into (created if missing).
         model: the causal LM the reward model starts from (a hub id, a directory or an alias).

@@ -161,7 +161,7 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
     number, 48-token answers: a task for a calculator (notebook 05, `--tools calculator`).
     gsm8k: grade-school word problems (hub, or a local jsonl/parquet as `path`), rewarded and scored
     on the final '#### N' answer.
-    file: a local jsonl/json/csv/parquet with a prompt column and an answer column (names settable);
+    file: a local jsonl/json/csv/tsv/parquet with a prompt column and an answer column (names settable);
     answers may be numbers or text, or a list of accepted answers, matched as rewards.is_correct says;
     prompts may be conversations, and `system_prompt` is put before every prompt without one of its own.
     Its completion length is left to the preset, or to the pre-flight (`preflight.fit_task`).

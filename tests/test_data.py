@@ -120,6 +120,19 @@ def test_a_conversation_with_a_system_message_and_a_system_prompt_for_every_row(
         load_local(str(path), prompt_column="messages", answer_column="label")
 
 
+def test_a_tab_separated_file_is_read_as_a_spreadsheet_exports_it(tmp_path):
+    from rloo_kit.data import load_local
+
+    path = tmp_path / "symbols.tsv"
+    path.write_text("question\tsymbol\nWhat is the symbol of gold, the metal?\tAu\nAnd of iron?\tFe\n")
+    data = load_local(str(path), prompt_column="question", answer_column="symbol")
+    assert data["answer"] == ["Au", "Fe"]
+    assert data[0]["prompt"][-1]["content"] == "What is the symbol of gold, the metal?"
+    (tmp_path / "symbols.txt").write_text(path.read_text())
+    with pytest.raises(DataError, match=r"\.jsonl, \.json, \.csv, \.tsv or \.parquet"):
+        load_local(str(tmp_path / "symbols.txt"), prompt_column="question", answer_column="symbol")
+
+
 def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer
