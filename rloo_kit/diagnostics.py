@@ -50,6 +50,10 @@ class Thresholds:
     zero_std_frac: float = 0.9
     noisy_entropy: float = 2.0
     alike_entropy: float = 0.1
+    # ...unless the training prompts are solved: every completion of each of those steps scored alike (the step's
+    # reward_std, over all its completions, under solved_spread x its early level) at a reward that has risen
+    # (`entropy_reward_rise`): nothing is left to learn from them, and a warmer draw is not the fix
+    solved_spread: float = 0.1
     # truncation: the share of completions cut at max_completion_length
     clipped_ratio: float = 0.5
     # reward_hacking (needs a held-back gold scorer, reward_models.GoldMonitor, logging gold/mean beside the proxy):
@@ -133,7 +137,8 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
 
     key = SPREAD_KEY if any(SPREAD_KEY in h for h in recent) else "frac_reward_zero_std"
     zero = [h.get(key) for h in recent]
-    if len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero):
+    if (len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero)
+            and not _solved(history, t)):
         found["reward_collapse"] = {key: zero[-1], "reward": recent[-1].get("reward")}
         if recent[-1].get("entropy") is not None:
             found["reward_collapse"]["entropy"] = round(recent[-1]["entropy"], 4)
@@ -160,6 +165,18 @@ def _reward_rose(history: list[dict], t: Thresholds) -> bool:
     early = statistics.median(rewards[:t.warmup_steps])
     noise = statistics.median(spread[:t.warmup_steps]) if len(spread) >= t.warmup_steps else 0.0
     return statistics.fmean(rewards[-t.patience:]) > early + t.entropy_reward_rise * max(noise, 1e-3)
+
+
+def _solved(history: list[dict], t: Thresholds) -> bool:
+    """Whether the last `patience` steps each scored every completion alike at a reward risen from the run's start: the
+    training prompts answered, all of them the same way (a held-out or validation score says whether rightly in
+    general). A one-answer collapse on a label task scores its prompts apart (right on some, wrong on others); a
+    reward that never pays has not risen."""
+    spread = _series(history, "reward_std")
+    if len(spread) < t.warmup_steps + t.patience:
+        return False
+    early = max(statistics.median(spread[:t.warmup_steps]), 1e-3)
+    return all(s <= t.solved_spread * early for s in spread[-t.patience:]) and _reward_rose(history, t)
 
 
 def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:

@@ -114,10 +114,23 @@ def test_unknown_stop_kind_is_refused():
         HealthMonitor(stop_on={"kl_explosoin"})
 
 
+def test_training_prompts_solved_are_not_a_reward_collapse():
+    """A held-back symbols file at step 56: every completion right (reward 1.02, spread 0.008 over the step against 0.5
+    at the start), entropy 0.016, and the monitor said reward_collapse, fix 'raise temperature'. Solved is not
+    collapsed; a one-answer run on a label task (right on half the prompts, wrong on the rest) and a reward that
+    never paid still are."""
+    solved = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 1.02, reward_std=lambda i: 0.008,
+                     entropy=lambda i: 0.016)
+    assert "reward_collapse" not in kinds(solved)
+    one_answer = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.5, reward_std=lambda i: 0.5)
+    assert "reward_collapse" in kinds(one_answer)
+    assert kinds(CASES["reward_collapse"]) == ["reward_collapse"]  # every completion 0 from step 10 on
+
+
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():
     # TRL's share moves with beta x KL once the policy has left the reference; the kit's does not
     hist = history(frac_reward_zero_std=lambda i: 0.1, frac_task_reward_zero_std=lambda i: 1.0,
-                   reward=lambda i: 1.0, reward_std=lambda i: 0.0)
+                   reward=lambda i: 0.0, reward_std=lambda i: 0.0)
     assert "reward_collapse" in kinds(hist)
     assert "reward_collapse" not in kinds([{k: v for k, v in h.items() if k != "frac_task_reward_zero_std"}
                                            for h in hist])  # TRL's alone misses it
