@@ -124,7 +124,7 @@ def gold_answer(solution: str) -> str:
 
 def load_gsm8k(path_or_id: str = "openai/gsm8k", split: str = "train", *,
                system_prompt: str | None = GSM8K_SYSTEM_PROMPT, limit: int | None = None) -> Dataset:
-    """GSM8K from the hub (config 'main') or a local .jsonl/.json/.parquet, as prompt + answer.
+    """GSM8K from the hub (config 'main') or a local .jsonl/.json/.csv/.tsv/.parquet, as prompt + answer.
 
     Args:
         path_or_id: a local file with GSM8K's `question` and `answer` columns, or a hub dataset id.
@@ -164,7 +164,7 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
         answer_column: the column that holds each answer; no `answer` column when None.
         system_prompt: a system message put before prompts that have none; none added when None.
         split: the split read when `path` is a hub id; a local file is read whole.
-        encoding: the text encoding of a .jsonl, .json or .csv file.
+        encoding: the text encoding of a .jsonl, .json, .csv or .tsv file.
 
     Returns:
         A Dataset with `prompt`, `answer` (when `answer_column` is given), `labels` (where they apply) and the
@@ -362,8 +362,9 @@ def _read(path_or_id: str, split: str, hub_config: str | None = None) -> Dataset
     path = Path(path_or_id).expanduser()
     if path.exists():
         kind = _kind(path)
+        tabs = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
         try:
-            return load_dataset(kind, data_files=str(path), split="train")
+            return load_dataset(kind, data_files=str(path), split="train", **tabs)
         except Exception as e:  # datasets raises several types for a malformed file
             raise DataError(f"Cannot read '{path}' as {kind} ({type(e).__name__}: {str(e)[:300]}). Check that "
                             "every row has the same columns, with the same kind of value in each.") from e

@@ -35,14 +35,18 @@ class Thresholds:
     grad_spikes: int = 2  # this many spikes within the window
     # kl_explosion: per-token KL (TRL's log-ratio estimate) above kl_max, or kl_growth times its
     # early level (floored at kl_floor); or, when no KL is logged (beta=0), entropy under
-    # entropy_drop of its early level while the reward has not risen by entropy_reward_rise x its early
-    # within-group spread (a policy that learns grows sure of its answers too: the demo's entropy falls
-    # from 0.8 to 0.02 a token in ten steps as its reward triples).
+    # entropy_drop of its early level while the answer's reward has not risen (`reward_rise`: a policy that
+    # learns grows sure of its answers too; the demo's entropy falls from 0.8 to 0.02 a token in ten steps as its
+    # reward triples).
     kl_max: float = 1.0
     kl_growth: float = 20.0
     kl_floor: float = 0.05
     entropy_drop: float = 0.3
-    entropy_reward_rise: float = 0.5
+    # a reward has risen where its mean over the last `patience` steps is above its first `warmup_steps` by
+    # reward_rise x its early spread over a step's completions; judged on the answer's reward where the monitor
+    # knows it (`HealthMonitor(answer_reward=...)`; a trainer the kit builds names its first reward function), so
+    # that a side reward such as brevity, paid to every emptied reply, is no rise
+    reward_rise: float = 0.5
     # reward_collapse: the share of prompts whose completions all got the same reward. Its fix points by the
     # policy's per-token entropy: above noisy_entropy the samples are noise (the demo learns from ~3 at first,
     # so it takes a collapse as well), and a colder draw helps; below alike_entropy the K samples are one
@@ -51,8 +55,8 @@ class Thresholds:
     noisy_entropy: float = 2.0
     alike_entropy: float = 0.1
     # ...unless the training prompts are solved: every completion of each of those steps scored alike (the step's
-    # reward_std, over all its completions, under solved_spread x its early level) at a reward that has risen
-    # (`entropy_reward_rise`): nothing is left to learn from them, and a warmer draw is not the fix
+    # reward_std, over all its completions, under solved_spread x its early level) at an answer reward that has risen
+    # (`reward_rise`): nothing is left to learn from them, and a warmer draw is not the fix
     solved_spread: float = 0.1
     # truncation: the share of completions cut at max_completion_length
     clipped_ratio: float = 0.5
@@ -100,8 +104,9 @@ def _series(history: list[dict], key: str) -> list[float]:
     return [h[key] for h in history if h.get(key) is not None]
 
 
-def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
-    """The failure signs present at the end of `history` (training logs only), with their evidence."""
+def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None) -> dict[str, dict]:
+    """The failure signs present at the end of `history` (training logs only), with their evidence; `answer_reward`
+    as `HealthMonitor`'s."""
     found: dict[str, dict] = {}
     if len(history) < t.warmup_steps:
         return found
@@ -131,14 +136,15 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
         ent = _series(history, "entropy")
         if len(ent) > t.warmup_steps + t.patience:
             early = statistics.median(ent[:t.warmup_steps])
-            if all(e < t.entropy_drop * early for e in ent[-t.patience:]) and not _reward_rose(history, t):
+            if (all(e < t.entropy_drop * early for e in ent[-t.patience:])
+                    and not _reward_rose(history, t, answer_reward)):
                 found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
                                          "kl": "not logged (beta=0)"}
 
     key = SPREAD_KEY if any(SPREAD_KEY in h for h in recent) else "frac_reward_zero_std"
     zero = [h.get(key) for h in recent]
     if (len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero)
-            and not _solved(history, t)):
+            and not _solved(history, t, answer_reward)):
         found["reward_collapse"] = {key: zero[-1], "reward": recent[-1].get("reward")}
         if recent[-1].get("entropy") is not None:
             found["reward_collapse"]["entropy"] = round(recent[-1]["entropy"], 4)
@@ -156,27 +162,31 @@ def _detect(history: list[dict], t: Thresholds) -> dict[str, dict]:
     return found
 
 
-def _reward_rose(history: list[dict], t: Thresholds) -> bool:
-    """Whether the reward of the last `patience` steps is above its first `warmup_steps` by entropy_reward_rise x
-    the early within-group spread: a policy converging on what pays, not one running away."""
-    rewards, spread = _series(history, "reward"), _series(history, "reward_std")
-    if len(rewards) < t.warmup_steps + t.patience:
+def _reward_rose(history: list[dict], t: Thresholds, answer_reward: str | None) -> bool:
+    """Whether the answer's reward (TRL's `rewards/<answer_reward>/mean` where it is logged, else the total) rose by
+    `reward_rise` x its early spread over a step's completions: a policy converging on what pays, not one running
+    away. False where the spread is not logged, as a rise cannot then be told from noise."""
+    key = f"rewards/{answer_reward}"
+    logged = answer_reward is not None and any(f"{key}/mean" in h for h in history)
+    mean, std = (f"{key}/mean", f"{key}/std") if logged else ("reward", "reward_std")
+    steps = [(h[mean], h[std]) for h in history if h.get(mean) is not None and h.get(std) is not None]
+    if len(steps) < t.warmup_steps + t.patience:
         return False
-    early = statistics.median(rewards[:t.warmup_steps])
-    noise = statistics.median(spread[:t.warmup_steps]) if len(spread) >= t.warmup_steps else 0.0
-    return statistics.fmean(rewards[-t.patience:]) > early + t.entropy_reward_rise * max(noise, 1e-3)
+    early = statistics.median(r for r, _ in steps[:t.warmup_steps])
+    noise = max(statistics.median(s for _, s in steps[:t.warmup_steps]), 1e-3)
+    return statistics.fmean(r for r, _ in steps[-t.patience:]) > early + t.reward_rise * noise
 
 
-def _solved(history: list[dict], t: Thresholds) -> bool:
-    """Whether the last `patience` steps each scored every completion alike at a reward risen from the run's start: the
-    training prompts answered, all of them the same way (a held-out or validation score says whether rightly in
-    general). A one-answer collapse on a label task scores its prompts apart (right on some, wrong on others); a
-    reward that never pays has not risen."""
+def _solved(history: list[dict], t: Thresholds, answer_reward: str | None) -> bool:
+    """Whether the last `patience` steps each scored every completion alike at an answer reward risen from the run's
+    start: the training prompts answered, all of them the same way (a held-out or validation score says whether
+    rightly in general). A one-answer collapse on a label task scores its prompts apart (right on some, wrong on
+    others); a reward that never pays has not risen, nor has one whose only rise is a side reward's."""
     spread = _series(history, "reward_std")
     if len(spread) < t.warmup_steps + t.patience:
         return False
     early = max(statistics.median(spread[:t.warmup_steps]), 1e-3)
-    return all(s <= t.solved_spread * early for s in spread[-t.patience:]) and _reward_rose(history, t)
+    return all(s <= t.solved_spread * early for s in spread[-t.patience:]) and _reward_rose(history, t, answer_reward)
 
 
 def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
@@ -334,10 +344,13 @@ class HealthMonitor(TrainerCallback):
 
     Each diagnosis is reported once, when it starts (a warning on the 'rloo_kit' logger, which a
     notebook shows) and kept in `diagnoses`. Kinds in `stop_on` end training cleanly: the Trainer
-    stops after the step, and the adapter is saved as usual.
+    stops after the step, and the adapter is saved as usual. `answer_reward` names the reward function that scores
+    the answer (TRL's `rewards/<name>/mean`), whose rise tells a run that learns from one that runs away or empties
+    its replies for a side reward; `build_trainer` sets it to the first of the run's rewards, else the total counts.
     """
 
-    def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (), verbose: bool = True):
+    def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (), verbose: bool = True,
+                 answer_reward: str | None = None):
         unknown = set(stop_on) - set(KINDS)
         if unknown:
             from .errors import ConfigError
@@ -346,6 +359,7 @@ class HealthMonitor(TrainerCallback):
         self.thresholds = thresholds or Thresholds()
         self.stop_on = set(stop_on)
         self.verbose = verbose
+        self.answer_reward = answer_reward  # the reward function that scores the answer; None: the total reward
         self.history: list[dict] = []
         self.diagnoses: list[Diagnosis] = []
         self.stopped_by: Diagnosis | None = None
@@ -357,7 +371,7 @@ class HealthMonitor(TrainerCallback):
         self.history.append({**logs, "step": step})
         seen = {d.kind for d in self.diagnoses}
         new = []
-        for kind, evidence in _detect(self.history, self.thresholds).items():
+        for kind, evidence in _detect(self.history, self.thresholds, self.answer_reward).items():
             if kind not in seen:
                 message, fix = _advice(kind, evidence, args, self.thresholds)
                 new.append(Diagnosis(kind, step, message, fix, evidence))
@@ -366,7 +380,7 @@ class HealthMonitor(TrainerCallback):
 
     def diagnose(self, log_history: list[dict], args=None) -> list[Diagnosis]:
         """Replay a finished run's `trainer.state.log_history`; the diagnoses, in the order they started."""
-        replay = HealthMonitor(self.thresholds, verbose=False)
+        replay = HealthMonitor(self.thresholds, verbose=False, answer_reward=self.answer_reward)
         for entry in log_history:
             replay.observe(entry, entry.get("step", len(replay.history) + 1), args)
         return replay.diagnoses

@@ -180,7 +180,7 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
         answer_column: file only: the column that holds each answer.
         system_prompt: for file, a system message put before prompts that have none; for gsm8k, in place of its
             default one; unused by the generated tasks.
-        encoding: file only: the text encoding of a jsonl, json or csv file.
+        encoding: file only: the text encoding of a jsonl, json, csv or tsv file.
 
     Returns:
         The Task: train and test splits, reward functions and weights, answer matching and completion length.
@@ -195,7 +195,7 @@ def load_task(name: str = "arithmetic", *, path: str | None = None, n_train: int
         data = load_gsm8k(path or "openai/gsm8k", **({"system_prompt": system_prompt} if system_prompt else {}))
     elif name == "file":
         if not path:
-            raise DataError("The 'file' task needs a path: a local .jsonl/.json/.csv/.parquet file with a prompt "
+            raise DataError("The 'file' task needs a path: a local .jsonl/.json/.csv/.tsv/.parquet file with a prompt "
                             "column and an answer column (--path FILE on the command line).")
         data = load_local(path, prompt_column=prompt_column, answer_column=answer_column, system_prompt=system_prompt,
                           encoding=encoding)

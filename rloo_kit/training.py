@@ -160,6 +160,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     _use_base_as_reference(trainer.model)
     patch_trainer(trainer, patched, skip_patches)  # the banner line; trainer.rloo_kit_patches
     trainer.health_monitor = monitor
+    if monitor is not None and monitor.answer_reward is None:  # the task's answer comes first among its rewards
+        monitor.answer_reward = trainer.reward_func_names[0]
     if live:
         attach_live_view(trainer, monitor)
     return trainer

@@ -128,6 +128,9 @@ def test_a_tab_separated_file_is_read_as_a_spreadsheet_exports_it(tmp_path):
     data = load_local(str(path), prompt_column="question", answer_column="symbol")
     assert data["answer"] == ["Au", "Fe"]
     assert data[0]["prompt"][-1]["content"] == "What is the symbol of gold, the metal?"
+    gsm8k = tmp_path / "gsm8k.tsv"  # GSM8K's own columns, read through datasets' csv builder
+    gsm8k.write_text("question\tanswer\nTom has 3 apples, then 4 more. How many?\t3 + 4 = 7 #### 7\n")
+    assert load_gsm8k(str(gsm8k))["answer"] == ["7"]
     (tmp_path / "symbols.txt").write_text(path.read_text())
     with pytest.raises(DataError, match=r"\.jsonl, \.json, \.csv, \.tsv or \.parquet"):
         load_local(str(tmp_path / "symbols.txt"), prompt_column="question", answer_column="symbol")

@@ -125,6 +125,13 @@ def test_training_prompts_solved_are_not_a_reward_collapse():
     one_answer = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.5, reward_std=lambda i: 0.5)
     assert "reward_collapse" in kinds(one_answer)
     assert kinds(CASES["reward_collapse"]) == ["reward_collapse"]  # every completion 0 from step 10 on
+    # every reply emptied: no answer right (the task's first reward stays at 0), the brevity reward paid to all
+    emptied = history(start=1, frac_reward_zero_std=lambda i: 1.0 if i >= 10 else 0.3,
+                      reward=lambda i: 0.2 if i >= 10 else 0.05, reward_std=lambda i: 0.0 if i >= 10 else 0.1, **{
+                          "rewards/correct_answer/mean": lambda i: 0.0, "rewards/correct_answer/std": lambda i: 0.0,
+                          "rewards/brevity/mean": lambda i: 0.2 if i >= 10 else 0.05})
+    assert "reward_collapse" in kinds(emptied, answer_reward="correct_answer")
+    assert "reward_collapse" not in kinds(emptied)  # the total's rise, brevity's alone, passes for solved
 
 
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():

@@ -168,6 +168,7 @@ def test_constant_reward_is_diagnosed_as_collapse_and_can_stop(tiny_model_dir, t
     monitor = rloo_kit.HealthMonitor(stop_on={"reward_collapse"}, verbose=False)
     trainer = build_trainer(model, tok, data(), [constant], preset="cpu", output_dir=str(tmp_path), max_steps=8,
                             monitor=monitor, **cpu_tiny_overrides)
+    assert monitor.answer_reward == "constant"  # the run's first reward scores the answer
     train(trainer)
     assert "reward_collapse" in [d.kind for d in monitor.diagnoses]
     assert monitor.stopped_by.kind == "reward_collapse"
