@@ -23,7 +23,15 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from .errors import GPUOutOfMemoryError
-from .rewards import RewardFunc, accepted_answers, answers_match, is_correct, parse_number, predicted_answer
+from .rewards import (
+    RewardFunc,
+    accepted_answers,
+    answered_earlier,
+    answers_match,
+    is_correct,
+    parse_number,
+    predicted_answer,
+)
 from .tools.syntax import syntax_for
 
 if TYPE_CHECKING:
@@ -71,6 +79,10 @@ class EvalReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def answered_earlier(self) -> int:
+        """Replies scored wrong that name the right answer in an earlier sentence (`rewards.answered_earlier`)."""
+        return sum(bool(r.get("answered_earlier")) for r in self.completions)
 
     def one_answer(self) -> dict | None:
         """Where most replies give one answer whatever the prompt while it is right for far fewer (a label task's
@@ -389,6 +401,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
                 row["tool_calls"] = calls[i][s]
             if answers:
                 row.update(answer=answers[i], predicted=predicted_answer(t, labels, match), correct=ok[s])
+                if match == "final" and not labels and not ok[s] and answered_earlier(t, answers[i], prompt=p):
+                    row["answered_earlier"] = True  # right first, then gone on from: see rewards.answered_earlier
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
             rows.append(row)
     n_prompts = len(prompts)
@@ -483,14 +497,20 @@ class PairedChange:
     worse: int  # and less often
     prompts: int
     p_value: float  # exact two-sided sign test over the prompts that changed (McNemar's, for one sample each)
+    # of the better ones, those whose base replies, each wrong, named the right answer in an earlier sentence: there
+    # the adapter learned to end on the answer (`rewards.answered_earlier`), not to know it
+    answered_before: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def __str__(self) -> str:
         verdict = "more than luck" if self.p_value < 0.05 else "luck alone often does as much"
+        earlier = (f"; {self.answered_before} of the {self.better} better had the right answer before too, in an "
+                   "earlier sentence, and now end on it (a reply is scored on its last sentence)"
+                   if self.answered_before else "")
         return (f"{self.better} prompt(s) better, {self.worse} worse, of {self.prompts} "
-                f"(sign test p = {self.p_value:.2g}: {verdict})")
+                f"(sign test p = {self.p_value:.2g}: {verdict}){earlier}")
 
 
 def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
@@ -514,7 +534,10 @@ def paired_change(base: EvalReport, tuned: EvalReport) -> PairedChange | None:
              for rows in (base.completions, tuned.completions)]
     better = sum(b > a for a, b in zip(*right, strict=True))
     worse = sum(b < a for a, b in zip(*right, strict=True))
-    return PairedChange(better, worse, len(right[0]), sign_test(better, worse))
+    earlier = [all(r.get("answered_earlier") for r in base.completions[i:i + k])
+               for i in range(0, len(base.completions), k)]
+    before = sum(b > a and e for a, b, e in zip(*right, earlier, strict=True))
+    return PairedChange(better, worse, len(right[0]), sign_test(better, worse), answered_before=before)
 
 
 def sign_test(better: int, worse: int) -> float:

@@ -296,6 +296,9 @@ class Run:
         """'held-out accuracy before: 0.42 (50 prompts, greedy, 16 tokens); sampled at temperature 1: 0.20'."""
         sampled = self.report.sampled_before
         also = f"; sampled at temperature {sampled['temperature']:g}: {_fmt(sampled['accuracy'])}" if sampled else ""
+        earlier = self.before.answered_earlier() if self.before else 0
+        also += (f"; {earlier} more name the right answer in an earlier sentence, then go on (a reply is scored on its "
+                 "last sentence)" if earlier else "")
         return (f"held-out accuracy before: {_fmt(self.report.accuracy_before)} ({len(self.task.test)} prompts, "
                 f"greedy, {self.task.max_completion_length} tokens){also}")
 

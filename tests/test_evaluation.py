@@ -169,6 +169,39 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 
 
+def test_a_right_answer_given_first_and_gone_on_from_is_told_apart():
+    """A held-back symbols file: 'The chemical symbol of gold is Au. It is a metal ...' is scored on its last sentence,
+    so wrong; after training the replies ended on the answer, and two of the three prompts gained were these."""
+    from rloo_kit.rewards import answered_earlier
+
+    question = "What is the chemical symbol of gold?"
+    assert answered_earlier("The chemical symbol of gold is Au. It is a metal used in coins.", "Au", prompt=question)
+    assert not answered_earlier("The chemical symbol of gold is Au.", "Au", prompt=question)  # right: not wrong
+    assert not answered_earlier("The chemical symbol of gold is Ag. It shines.", "Au", prompt=question)
+    assert not answered_earlier("5 + 3 = 8. Then 8 + 4 = 12.", "8")  # an intermediate value is no answer given
+    assert not answered_earlier("The plural of moose is mooses. It is an animal.", "moose",
+                                prompt="What is the plural of moose?")  # named only in restating the question
+    base, tuned = _report([[False]] * 3 + [[True]]), _report([[True]] * 4)
+    base.completions[0]["answered_earlier"] = base.completions[1]["answered_earlier"] = True
+    change = paired_change(base, tuned)
+    assert (change.better, change.answered_before) == (3, 2) and base.answered_earlier() == 2
+    assert "2 of the 3 better had the right answer before too" in str(change)
+    assert "had the right answer before" not in str(paired_change(_report([[False]] * 4), tuned))
+
+
+def test_evaluate_marks_the_replies_that_answered_first(monkeypatch):
+    from datasets import Dataset
+
+    import rloo_kit.evaluation as evaluation
+
+    replies = ["The chemical symbol of gold is Au. It is a metal.", "Fe.", "It is Cu, I think. Or Zn."]
+    monkeypatch.setattr(evaluation, "generate", lambda *a, **k: ([[r] for r in replies], [[12], [2], [9]]))
+    rows = Dataset.from_dict({"prompt": ["Gold?", "Iron?", "Zinc?"], "answer": ["Au", "Fe", "Zn"]})
+    report = evaluation.evaluate(None, None, rows)
+    assert [r.get("answered_earlier", False) for r in report.completions] == [True, False, False]
+    assert report.accuracy == pytest.approx(2 / 3) and report.answered_earlier() == 1
+
+
 def test_paired_change_counts_prompts_and_tests_the_sign():
     one_worse = paired_change(_report([[True]] * 12), _report([[True]] * 11 + [[False]]))
     assert (one_worse.better, one_worse.worse, one_worse.prompts) == (0, 1, 12)

@@ -9,6 +9,7 @@ a local file.
 from .answers import (
     NUMBER,
     accepted_answers,
+    answered_earlier,
     answers_match,
     completion_text,
     extract_answer,
@@ -35,8 +36,8 @@ from .guard import (
     unusable,
 )
 
-__all__ = ["NUMBER", "UNSCORED_PATIENCE", "RewardFunc", "accepted_answers", "answers_match", "brevity", "check_on_rows",
-           "combine", "completion_text", "correct_answer", "describe", "exact_answer", "extract_answer", "from_file",
-           "guard", "hub_reward_model", "is_correct", "marked_answer", "mentions", "normalize_text", "offers_numbers",
-           "parse_number", "picked_number", "predicted_answer", "reward_model", "required_columns", "safe",
-           "scores_nothing", "sentences", "tag_format", "unusable"]
+__all__ = ["NUMBER", "UNSCORED_PATIENCE", "RewardFunc", "accepted_answers", "answered_earlier", "answers_match",
+           "brevity", "check_on_rows", "combine", "completion_text", "correct_answer", "describe", "exact_answer",
+           "extract_answer", "from_file", "guard", "hub_reward_model", "is_correct", "marked_answer", "mentions",
+           "normalize_text", "offers_numbers", "parse_number", "picked_number", "predicted_answer", "reward_model",
+           "required_columns", "safe", "scores_nothing", "sentences", "tag_format", "unusable"]
