@@ -218,6 +218,10 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
         import csv
 
         tabs = path.suffix.lower() == ".tsv"
+        header = text.split("\n", 1)[0]
+        if not tabs and "\t" in header and "," not in header:
+            raise DataError(f"'{path}' is tab-separated (its header has tabs and no commas): name it .tsv, and it "
+                            "is read with tabs.")
         reader = csv.DictReader(text.splitlines(), delimiter="\t" if tabs else ",")
         rows = []
         for r in reader:

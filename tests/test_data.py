@@ -131,6 +131,9 @@ def test_a_tab_separated_file_is_read_as_a_spreadsheet_exports_it(tmp_path):
     gsm8k = tmp_path / "gsm8k.tsv"  # GSM8K's own columns, read through datasets' csv builder
     gsm8k.write_text("question\tanswer\nTom has 3 apples, then 4 more. How many?\t3 + 4 = 7 #### 7\n")
     assert load_gsm8k(str(gsm8k))["answer"] == ["7"]
+    (tmp_path / "symbols.csv").write_text(path.read_text())  # saved under the other name
+    with pytest.raises(DataError, match="tab-separated .* name it .tsv"):
+        load_local(str(tmp_path / "symbols.csv"), prompt_column="question", answer_column="symbol")
     (tmp_path / "symbols.txt").write_text(path.read_text())
     with pytest.raises(DataError, match=r"\.jsonl, \.json, \.csv, \.tsv or \.parquet"):
         load_local(str(tmp_path / "symbols.txt"), prompt_column="question", answer_column="symbol")
