@@ -218,7 +218,7 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
         import csv
 
         tabs = path.suffix.lower() == ".tsv"
-        header = text.split("\n", 1)[0]
+        header = next((line for line in text.splitlines() if line.strip()), "")
         if not tabs and "\t" in header and "," not in header:
             raise DataError(f"'{path}' is tab-separated (its header has tabs and no commas): name it .tsv, and it "
                             "is read with tabs.")

@@ -401,7 +401,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
                 row["tool_calls"] = calls[i][s]
             if answers:
                 row.update(answer=answers[i], predicted=predicted_answer(t, labels, match), correct=ok[s])
-                if match == "final" and not labels and not ok[s] and answered_earlier(t, answers[i], prompt=p):
+                if match == "final" and not ok[s] and answered_earlier(t, answers[i], prompt=p, labels=labels):
                     row["answered_earlier"] = True  # right first, then gone on from: see rewards.answered_earlier
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
             rows.append(row)

@@ -179,6 +179,10 @@ def test_a_right_answer_given_first_and_gone_on_from_is_told_apart():
     assert not answered_earlier("The chemical symbol of gold is Au.", "Au", prompt=question)  # right: not wrong
     assert not answered_earlier("The chemical symbol of gold is Ag. It shines.", "Au", prompt=question)
     assert not answered_earlier("5 + 3 = 8. Then 8 + 4 = 12.", "8")  # an intermediate value is no answer given
+    assert not answered_earlier("5 + 3 = 8. Then 8 + 4 = 12.", ["8"])  # nor in a list of accepted answers
+    assert answered_earlier("It is teeth. Or tooths.", ["teeth", "tooth"])
+    assert not answered_earlier("It is positive. Or negative.", "positive", labels=["positive", "negative"])
+    assert not answered_earlier("Is it Au? No, it is Ag.", "Au")  # a guess asked, then taken back
     assert not answered_earlier("The plural of moose is mooses. It is an animal.", "moose",
                                 prompt="What is the plural of moose?")  # named only in restating the question
     base, tuned = _report([[False]] * 3 + [[True]]), _report([[True]] * 4)

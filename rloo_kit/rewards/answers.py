@@ -145,20 +145,22 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
 
-def answered_earlier(completion, gold, prompt=None) -> bool:
+def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None = None) -> bool:
     """Whether a reply scored wrong (`is_correct`, match="final") names its right text answer in a sentence before its
     last one, that sentence alone scored right: an answer given first and then gone on from. *The chemical symbol of
     gold is Au. It is a metal that is used to make coins.* is scored on its last sentence, so wrong; a run learns to
     end on the answer, and a held-out gain then counts that as well as what the model learned to know. Numbers are
-    left out (an intermediate result is often the answer's value), as are labels (a hedge names two).
+    left out (an intermediate result is often the answer's value), as are rows with labels (a hedge names two) and
+    sentences that ask (*Is it Au? No, it is Ag.* retracts its guess). `gold`: a string or a list of accepted ones.
 
     >>> answered_earlier("The symbol of gold is Au. It is a metal.", "Au")
     True
     """
-    if parse_number(str(gold)) is not None or is_correct(completion, gold, prompt=prompt):
+    accepted = accepted_answers(gold)
+    if labels or any(parse_number(g) is not None for g in accepted) or is_correct(completion, gold, prompt=prompt):
         return False
     said = [s for s in sentences(completion_text(completion)) if normalize_text(s)]
-    return any(is_correct(s, gold, prompt=prompt) for s in said[:-1])
+    return any(is_correct(s, accepted, prompt=prompt) for s in said[:-1] if not s.rstrip().endswith("?"))
 
 def predicted_answer(completion, labels: Sequence[str] | None = None,
                      match: str = "final") -> str | None:
