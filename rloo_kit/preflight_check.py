@@ -69,6 +69,7 @@ SOLVED_PASS_RATE = 0.95  # completions judged correct above this share: solved
 TRUNCATION_SHARE = 0.5  # completions cut above this share: truncation (the health monitor's threshold)
 UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
 FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
+SHORTEST_FIT = 64  # an open completion length twice what 90% of answers need or more is cut to that, not below this
 BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
 NOISE_P = 0.05  # greedy answers right on more prompts than samples this accurate reach by this chance: noise
 NOISE_GAP = 0.05  # ... and on this much more of them at least (over many prompts, a tiny lead passes the test)
@@ -455,17 +456,25 @@ class _Inputs:
                    task.tool_format if task else KIT.name, open_length, open_sampling)
 
 
-def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _Inputs, longer: int) -> tuple:
-    """Where many samples are cut, the setup the kit would train instead: a longer completion (`longer`, within
-    the preset's room) and, where no brevity reward is there, one added; `report.proposed` judged in it. Returns
-    the rewards and weights that setup uses."""
+def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _Inputs, fitted: int) -> tuple:
+    """The setup the kit would train instead, `report.proposed` judged in it: where many samples are cut, a longer
+    completion (`fitted`, what ~90% of answers need, within the preset's room) and, where no brevity reward is
+    there, one added; where a length left open is twice what they need or more (a GPU preset's 256-1024 tokens
+    for answers that end within 64), that shorter one, as every step, validation and evaluation pass runs to it
+    whenever one sample rambles. Returns the rewards and weights that setup uses."""
     asked, length = report.asked, run.config.max_completion_length
     add_brevity = asked.truncation_rate >= TRUNCATION_SHARE and "brevity" not in {_name(f) for f in run.funcs}
     rewards = (run.funcs, run.weights)
-    if not (asked.truncation_rate > FIT_CUT_SHARE and longer > length or add_brevity):
+    longer = asked.truncation_rate > FIT_CUT_SHARE and fitted > length
+    shorter = run.open_length and not run.tools and 2 * max(fitted, SHORTEST_FIT) <= length
+    if not (longer or shorter or add_brevity):
         return rewards
-    report.proposed, report.applies = judge(max(longer, length), *rewards), run.open_length
-    report.adjustments = [f"completion length {length} -> {longer}"] if longer > length else []
+    new = fitted if longer else max(fitted, SHORTEST_FIT) if shorter else length
+    report.proposed, report.applies = judge(new, *rewards), run.open_length
+    if not (longer or add_brevity) and report.proposed.flat_fraction > asked.flat_fraction + PROBE_GAIN / 2:
+        report.proposed, report.applies = None, False  # the answers cut there would cost spread: the length stays
+        return rewards
+    report.adjustments = [f"completion length {length} -> {new}"] if new != length else []
     if add_brevity:
         report.brevity_max_chars = _brevity_chars(run.dataset)
         rewards = ([*run.funcs, *guard([brevity(max_chars=report.brevity_max_chars)])], [*run.weights, BREVITY_WEIGHT])

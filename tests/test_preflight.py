@@ -432,6 +432,29 @@ def test_on_the_tiny_model_noisy_samples_are_probed_colder_and_an_open_temperatu
     assert fit_task(task.replace(temperature=1.0), kept)[0].temperature == 1.0
 
 
+def test_an_open_length_far_longer_than_the_answers_need_is_shortened(tiny_model_dir):
+    """A GPU preset's 256-1024 tokens for a file task whose answers end within 64: every step, validation and
+    evaluation pass ran to the preset's length whenever one sample rambled (a pre-flight of 159 s at 1024 tokens on an
+    H200). An open length twice what 90% of the answers need is cut to that, not below 64; a length set is kept."""
+    import dataclasses
+
+    from rloo_kit.tasks import Task
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    model.generation_config.eos_token_id = list(range(model.config.vocab_size))  # every reply ends at once
+    prompts = rloo_kit.arithmetic_task(n_train=24, n_test=4)["train"]["prompt"][:8]
+    data = Dataset.from_dict({"prompt": prompts, "answer": ["1"] * 8})
+    task = Task("file", data, data, (correct_answer,))
+    long = dataclasses.replace(rloo_kit.get_preset("cpu"), max_completion_length=256, max_seq_length=768)
+    r = rloo_kit.preflight(model, tok, task, preset=long, num_generations=2, n_prompts=8, progress=False)
+    assert r.asked.max_completion_length == 256 and r.adjustments == ["completion length 256 -> 64"]
+    assert r.applies and r.trained.max_completion_length == 64
+    assert fit_task(task, r)[0].max_completion_length == 64
+    kept = rloo_kit.preflight(model, tok, task.replace(max_completion_length=256), preset=long, num_generations=2,
+                              n_prompts=8, progress=False)
+    assert kept.trained.max_completion_length == 256 and not kept.adjustments
+
+
 def test_the_same_seed_draws_the_same_samples_and_leaves_the_callers_random_numbers_alone(tiny_model_dir):
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     data = rloo_kit.arithmetic_task(n_train=8, n_test=2)["train"]
