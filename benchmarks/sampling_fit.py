@@ -48,13 +48,13 @@ CASES = {
 }
 
 
-
 def task_args(name: str) -> dict:
     """`rloo_kit.tasks.load_task`'s arguments for a case, from the CLI options it is trained with."""
     options = CASES[name][1]
     return {key: options[options.index(flag) + 1] for flag, key in (
         ("--task", "name"), ("--path", "path"), ("--prompt-column", "prompt_column"),
         ("--answer-column", "answer_column")) if flag in options}
+
 
 RESULTS = REPO / "benchmarks" / "results" / "sampling-fit.json"
 # The runs already measured, read once: the results accumulate over sessions, as runs/ is not kept between them.

@@ -86,12 +86,12 @@ def cmd_presets(args) -> int:
         four_bit, lr = p.load_in_4bit, p.learning_rate
         if shape:
             four_bit, lr = load_in_4bit_for(p, shape.params), learning_rate_for(p, shape.params)
-        mark = lambda differs: "*" if differs else ""  # noqa: E731
-        changed |= four_bit != p.load_in_4bit or lr != p.learning_rate
+        other_4bit, other_lr = four_bit != p.load_in_4bit, lr != p.learning_rate
+        changed |= other_4bit or other_lr
         row = [p.name, f"{p.memory_gb:g} GiB", f"{p.max_params_b:g}B",
-               ("yes" if four_bit else "no") + mark(four_bit != p.load_in_4bit), str(p.lora_r), str(p.max_seq_length),
+               ("yes" if four_bit else "no") + "*" * other_4bit, str(p.lora_r), str(p.max_seq_length),
                str(p.num_generations), str(p.per_device_train_batch_size), str(p.max_completion_length),
-               f"{lr:g}" + mark(lr != p.learning_rate), f"{p.beta:g}"]
+               f"{lr:g}" + "*" * other_lr, f"{p.beta:g}"]
         if shape:
             device = "cpu" if p.name == "cpu" else "cuda"
             est = estimate_as_loaded(shape, p, device=device, cpu_bf16=cpu_bf16).total_gb

@@ -217,18 +217,18 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
     if kind == "csv":
         import csv
 
-        tabs = path.suffix.lower() == ".tsv"
+        delimiter = _delimiter(path)
         header = next((line for line in text.splitlines() if line.strip()), "")
-        if not tabs and "\t" in header and "," not in header:
+        if delimiter == "," and "\t" in header and "," not in header:
             raise DataError(f"'{path}' is tab-separated (its header has tabs and no commas): name it .tsv, and it "
                             "is read with tabs.")
-        reader = csv.DictReader(text.splitlines(), delimiter="\t" if tabs else ",")
+        reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
         rows = []
         for r in reader:
             if None in r:  # csv puts the fields beyond the header's under None
                 raise DataError(f"'{path}' line {reader.line_num} has {len(reader.fieldnames) + len(r[None])} fields, "
                                 f"its header {len(reader.fieldnames)} ({', '.join(reader.fieldnames)}). A text with a "
-                                + ("tab needs double quotes around it." if tabs else
+                                + ("tab needs double quotes around it." if delimiter == "\t" else
                                    'comma needs double quotes: "Which is larger, 70 or 95?",95'))
             if any((v or "").strip() for v in r.values()):
                 rows.append((f"line {reader.line_num}", dict(r)))
@@ -260,6 +260,11 @@ def _records(path_or_id: str, split: str, encoding: str) -> list[tuple[str, dict
                             '{"prompt": "...", "answer": "..."}.')
         out.append((f"line {n}", row))
     return out
+
+
+def _delimiter(path: Path) -> str:
+    """A CSV's field separator: a tab in a .tsv, else a comma."""
+    return "\t" if path.suffix.lower() == ".tsv" else ","
 
 
 def _kind(path: Path) -> str:
@@ -366,9 +371,9 @@ def _read(path_or_id: str, split: str, hub_config: str | None = None) -> Dataset
     path = Path(path_or_id).expanduser()
     if path.exists():
         kind = _kind(path)
-        tabs = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+        separated = {"delimiter": _delimiter(path)} if kind == "csv" else {}
         try:
-            return load_dataset(kind, data_files=str(path), split="train", **tabs)
+            return load_dataset(kind, data_files=str(path), split="train", **separated)
         except Exception as e:  # datasets raises several types for a malformed file
             raise DataError(f"Cannot read '{path}' as {kind} ({type(e).__name__}: {str(e)[:300]}). Check that "
                             "every row has the same columns, with the same kind of value in each.") from e

@@ -173,7 +173,7 @@ def _reward_rose(history: list[dict], t: Thresholds, answer_reward: str | None) 
     if len(steps) < t.warmup_steps + t.patience:
         return False
     early = statistics.median(r for r, _ in steps[:t.warmup_steps])
-    noise = max(statistics.median(s for _, s in steps[:t.warmup_steps]), 1e-3)
+    noise = _early_spread([s for _, s in steps], t)
     return statistics.fmean(r for r, _ in steps[-t.patience:]) > early + t.reward_rise * noise
 
 
@@ -185,8 +185,14 @@ def _solved(history: list[dict], t: Thresholds, answer_reward: str | None) -> bo
     spread = _series(history, "reward_std")
     if len(spread) < t.warmup_steps + t.patience:
         return False
-    early = max(statistics.median(spread[:t.warmup_steps]), 1e-3)
+    early = _early_spread(spread, t)
     return all(s <= t.solved_spread * early for s in spread[-t.patience:]) and _reward_rose(history, t, answer_reward)
+
+
+def _early_spread(spread: list[float], t: Thresholds) -> float:
+    """The median reward spread of the first `warmup_steps` steps, floored so that a run flat from the start is not
+    measured against 0."""
+    return max(statistics.median(spread[:t.warmup_steps]), 1e-3)
 
 
 def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:

@@ -466,10 +466,11 @@ def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _In
     add_brevity = asked.truncation_rate >= TRUNCATION_SHARE and "brevity" not in {_name(f) for f in run.funcs}
     rewards = (run.funcs, run.weights)
     longer = asked.truncation_rate > FIT_CUT_SHARE and fitted > length
-    shorter = run.open_length and not run.tools and 2 * max(fitted, SHORTEST_FIT) <= length
+    short = max(fitted, SHORTEST_FIT)
+    shorter = run.open_length and not run.tools and 2 * short <= length
     if not (longer or shorter or add_brevity):
         return rewards
-    new = fitted if longer else max(fitted, SHORTEST_FIT) if shorter else length
+    new = fitted if longer else short if shorter else length
     report.proposed, report.applies = judge(new, *rewards), run.open_length
     if not (longer or add_brevity) and report.proposed.flat_fraction > asked.flat_fraction + PROBE_GAIN / 2:
         report.proposed, report.applies = None, False  # the answers cut there would cost spread: the length stays
