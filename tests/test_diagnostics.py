@@ -31,6 +31,9 @@ CASES = {
     "high_variance": history(reward=lambda i: 0.9 if i % 2 else 0.05, reward_std=lambda i: 0.2),
     "kl_explosion": history(kl=lambda i: 0.05 * 1.6 ** (i - 9), entropy=lambda i: 1.4 - 0.05 * (i - 9)),
     "reward_collapse": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.0, reward_std=lambda i: 0.0),
+    # every group flat from step 10, after the reward rose: 3 prompts of 4 always right, one always wrong
+    "converged": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.75, reward_std=lambda i: 0.45,
+                         entropy=lambda i: 0.01),
     "truncation": history(**{"completions/clipped_ratio": lambda i: 0.8}),
     # a held-back gold score every 3 steps: up to step 12, then down while the (proxy) reward keeps rising
     "reward_hacking": history(start=3, **{"gold/mean": lambda i: None if i % 3 else
@@ -114,24 +117,43 @@ def test_unknown_stop_kind_is_refused():
         HealthMonitor(stop_on={"kl_explosoin"})
 
 
-def test_training_prompts_solved_are_not_a_reward_collapse():
+def test_groups_flat_after_the_reward_rose_are_converged_not_collapsed():
     """A held-back symbols file at step 56: every completion right (reward 1.02, spread 0.008 over the step against 0.5
-    at the start), entropy 0.016, and the monitor said reward_collapse, fix 'raise temperature'. Solved is not
-    collapsed; a one-answer run on a label task (right on half the prompts, wrong on the rest) and a reward that
-    never paid still are."""
+    at the start), entropy 0.016; and the demo's --minutes 3 runs from step 49-63 on: three prompts of a step always
+    right, one always wrong. The monitor said reward_collapse, fix 'raise temperature', on runs that had learned.
+    A reward that never paid, or whose only rise is a side reward's, is still a collapse."""
     solved = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 1.02, reward_std=lambda i: 0.008,
                      entropy=lambda i: 0.016)
-    assert "reward_collapse" not in kinds(solved)
+    assert kinds(solved) == ["converged"]
+    assert kinds(CASES["converged"]) == ["converged"]
     one_answer = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.5, reward_std=lambda i: 0.5)
-    assert "reward_collapse" in kinds(one_answer)
+    assert kinds(one_answer) == ["reward_collapse"]  # no rise past the early spread: a label task's one answer
     assert kinds(CASES["reward_collapse"]) == ["reward_collapse"]  # every completion 0 from step 10 on
     # every reply emptied: no answer right (the task's first reward stays at 0), the brevity reward paid to all
     emptied = history(start=1, frac_reward_zero_std=lambda i: 1.0 if i >= 10 else 0.3,
                       reward=lambda i: 0.2 if i >= 10 else 0.05, reward_std=lambda i: 0.0 if i >= 10 else 0.1, **{
                           "rewards/correct_answer/mean": lambda i: 0.0, "rewards/correct_answer/std": lambda i: 0.0,
                           "rewards/brevity/mean": lambda i: 0.2 if i >= 10 else 0.05})
-    assert "reward_collapse" in kinds(emptied, answer_reward="correct_answer")
-    assert "reward_collapse" not in kinds(emptied)  # the total's rise, brevity's alone, passes for solved
+    assert kinds(emptied, answer_reward="correct_answer") == ["reward_collapse"]
+    assert kinds(emptied) == ["converged"]  # the total's rise, brevity's alone, passes for one
+
+
+def test_converged_says_the_rise_and_how_to_stop_or_go_on():
+    class Args:
+        num_generations, temperature = 4, 1.0
+
+    (d,) = HealthMonitor().diagnose(CASES["converged"], Args())
+    assert "0.339 -> 0.75" in d.message and "temperature 1 -> 1.3" in d.fix and "stop_on=['converged']" in d.fix
+
+
+def test_a_share_cut_that_falls_is_a_policy_learning_to_fit():
+    """make demo trains at 16 tokens with a brevity reward: 81%, 75%, 56% of completions cut at steps 1-3, none from
+    step 11; the monitor named truncation at step 3 and told the user to raise the length the demo had chosen."""
+    demo = [0.81, 0.75, 0.56, 0.56, 0.25, 0.38, 0.12, 0.06, 0.06, 0.12] + [0.0] * 20
+    assert "truncation" not in kinds(history(start=1, **{"completions/clipped_ratio": lambda i: demo[i - 1]}))
+    stuck = [0.81, 0.75, 0.6, 0.58, 0.6] + [0.6] * 25  # falls, then stays over half
+    (d,) = HealthMonitor().diagnose(history(start=1, **{"completions/clipped_ratio": lambda i: stuck[i - 1]}))
+    assert d.kind == "truncation" and d.step == 5
 
 
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():

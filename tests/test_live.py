@@ -219,3 +219,13 @@ def test_curves_take_a_small_share_of_the_run_and_end_drawn(tiny_model_dir, tmp_
     assert view.updates == 5 and drawn[0] == 1 and drawn[-1] == 5  # the first step, and the end
     assert len(drawn) < 5 and view.renderer.curve_draws == len(drawn)
     assert view.renderer.curves.value[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_converged_run_is_a_note_not_a_warning():
+    from rloo_kit.diagnostics import Diagnosis
+    from rloo_kit.notebook.live_display import banner_html
+
+    converged, collapse = Diagnosis("converged", 48, "rose, flat", "stop"), Diagnosis("reward_collapse", 9, "m", "f")
+    assert not converged.failure and collapse.failure
+    assert "ℹ converged" in banner_html(converged) and "Next:" in banner_html(converged)
+    assert "⚠ reward collapse" in banner_html(collapse) and "Fix:" in banner_html(collapse)

@@ -32,8 +32,8 @@ GOLD = Panel("gold (held back) vs proxy", "gold/mean", twin="proxy/mean", twin_l
 TOOLS = Panel("tool calls", "tools/call_rate", twin="tools/valid_call_rate", twin_label="valid calls (dashed)",
               twin_limits=(-0.05, 1.05))
 DIAGNOSIS_COLORS = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
-                    "truncation": "tab:brown", "reward_hacking": "tab:pink", "memorisation": "tab:olive",
-                    "tool_unused": "tab:gray", "tool_invalid": "tab:cyan"}
+                    "converged": "teal", "truncation": "tab:brown", "reward_hacking": "tab:pink",
+                    "memorisation": "tab:olive", "tool_unused": "tab:gray", "tool_invalid": "tab:cyan"}
 
 
 def points(history: Sequence[dict], key: str) -> tuple[list, list]:

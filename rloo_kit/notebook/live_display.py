@@ -142,7 +142,7 @@ class WidgetPanel:
 
         for d in diagnoses:
             self.banners.children = (*self.banners.children, _with_class(w.HTML(banner_html(d)), "rloo-live-banner"))
-            if self.progress_bar.bar_style != "danger":
+            if d.failure and self.progress_bar.bar_style != "danger":
                 self.progress_bar.bar_style = "warning"
 
 
@@ -161,9 +161,11 @@ def progress_html(view, state, final: str | None = None) -> str:
 
 
 def banner_html(d) -> str:
-    return ("<div style='border-left:5px solid #d9822b;background:#fff4e5;color:#222;padding:6px 10px;margin:3px 0'>"
-            f"<b>⚠ {html.escape(d.kind.replace('_', ' '))}</b> (from step {d.step}): {html.escape(d.message)}"
-            f"<br><b>Fix:</b> {html.escape(d.fix)}</div>")
+    """An orange warning for a failure, a blue note for what is not one (`converged`)."""
+    edge, fill, mark, fix = ("#d9822b", "#fff4e5", "⚠", "Fix") if d.failure else ("#2b7bd9", "#e8f1fc", "ℹ", "Next")
+    return (f"<div style='border-left:5px solid {edge};background:{fill};color:#222;padding:6px 10px;margin:3px 0'>"
+            f"<b>{mark} {html.escape(d.kind.replace('_', ' '))}</b> (from step {d.step}): {html.escape(d.message)}"
+            f"<br><b>{fix}:</b> {html.escape(d.fix)}</div>")
 
 
 def curves_png(history: Sequence[dict], diagnoses: Sequence) -> bytes:
