@@ -272,12 +272,13 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
     if kind == "reward_collapse":
         return _collapse_advice(ev, g, temp, t or Thresholds())
     if kind == "converged":
-        entropy = f", entropy {ev['entropy']:.3f} a token" if ev.get("entropy") is not None else ""
-        return (f"Most groups have no reward spread ({ev}) after the answer's reward rose "
-                f"{ev['answer_reward_early']:g} -> {ev['answer_reward_now']:g}: the policy now answers each training "
-                f"prompt one way{entropy}, so further steps learn little from them. Not a failure in itself: "
-                "whether it learned the task or settled on one answer for every prompt, the validation curve of a run "
-                "given --minutes, or the held-out evaluation, tells.",
+        flat = next(v for k, v in ev.items() if k.endswith("zero_std"))
+        entropy = f" (entropy {ev['entropy']:.3f} a token)" if ev.get("entropy") is not None else ""
+        return (f"{flat:.0%} of the prompts of the latest steps got the same reward on all their completions, after "
+                f"the answer's reward rose {ev['answer_reward_early']:.2f} -> {ev['answer_reward_now']:.2f}: the "
+                f"policy now answers each training prompt one way{entropy}, so further steps learn little from "
+                "them. Not a failure in itself: the validation curve of a run given --minutes, or the held-out "
+                "evaluation, tells whether it learned the task or settled on one answer for every prompt.",
                 "where validation has stopped rising or the reward is at its maximum, stop: a run given --minutes "
                 "keeps its best validation step (HealthMonitor(stop_on=['converged']) stops here). To learn the "
                 f"prompts still answered wrong, raise temperature {temp:g} -> {min(temp + 0.3, 1.5):g} or "

@@ -143,7 +143,8 @@ def test_converged_says_the_rise_and_how_to_stop_or_go_on():
         num_generations, temperature = 4, 1.0
 
     (d,) = HealthMonitor().diagnose(CASES["converged"], Args())
-    assert "0.339 -> 0.75" in d.message and "temperature 1 -> 1.3" in d.fix and "stop_on=['converged']" in d.fix
+    assert "100% of the prompts" in d.message and "0.34 -> 0.75" in d.message
+    assert "temperature 1 -> 1.3" in d.fix and "stop_on=['converged']" in d.fix
 
 
 def test_a_share_cut_that_falls_is_a_policy_learning_to_fit():
