@@ -57,7 +57,7 @@ class Thresholds:
     alike_entropy: float = 0.1
     # converged, not reward_collapse, where the answer's reward has risen (`reward_rise`) before the groups went flat:
     # the policy answers each training prompt one way, right on what it learned (the demo's --minutes 3 runs from step
-    # 49-63 on, answer reward 0.19 -> 0.75-1.0 and their best validation step already behind them). Not a failure,
+    # 48-63 on, answer reward 0.19 -> 0.75-1.0 and their best validation step already behind them). Not a failure,
     # but nothing more is learned from those prompts at that temperature.
     # truncation: the share of completions cut at max_completion_length, for `patience` steps, and not falling: a
     # share that fell by more than clipped_fall of itself over those steps is a policy learning to fit (the demo
@@ -107,6 +107,7 @@ class Diagnosis:
 
 
 SPREAD_KEY = "frac_task_reward_zero_std"  # logged by patch task_reward_spread (patches.compat)
+ANSWER_SPREAD_KEY = "frac_answer_reward_zero_std"  # the same, in the first reward function alone (several of them)
 
 
 def _series(history: list[dict], key: str) -> list[float]:
@@ -150,10 +151,11 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
                 found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
                                          "kl": "not logged (beta=0)"}
 
-    key = SPREAD_KEY if any(SPREAD_KEY in h for h in recent) else "frac_reward_zero_std"
-    zero = [h.get(key) for h in recent]
-    if len(recent) == t.patience and all(z is not None and z >= t.zero_std_frac for z in zero):
-        evidence = {key: zero[-1], "reward": recent[-1].get("reward")}
+    flat = _flat(recent, t)
+    if flat:
+        evidence = {**flat, "reward": recent[-1].get("reward")}
+        if recent[-1].get(f"rewards/{answer_reward}/mean") is not None:
+            evidence["answer_reward"] = round(recent[-1][f"rewards/{answer_reward}/mean"], 4)
         if recent[-1].get("entropy") is not None:
             evidence["entropy"] = round(recent[-1]["entropy"], 4)
         rise = _reward_rise(history, t, answer_reward)
@@ -175,6 +177,20 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         found["memorisation"] = memorising
     found.update(_tool_signs(history, t))
     return found
+
+
+def _flat(recent: list[dict], t: Thresholds) -> dict | None:
+    """The share of prompts without a reward spread, where it stayed at `zero_std_frac` or more over the `patience`
+    steps of `recent`: in the total reward before the KL penalty, or in the answer's alone (where the other rewards
+    alone gave the groups their spread), keyed by which. None where neither did."""
+    if len(recent) < t.patience:
+        return None
+    total = SPREAD_KEY if any(SPREAD_KEY in h for h in recent) else "frac_reward_zero_std"
+    for key in (total, ANSWER_SPREAD_KEY):
+        shares = [h.get(key) for h in recent]
+        if all(z is not None and z >= t.zero_std_frac for z in shares):
+            return {key: shares[-1]}
+    return None
 
 
 def _reward_rise(history: list[dict], t: Thresholds, answer_reward: str | None) -> tuple[float, float] | None:
@@ -312,10 +328,15 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
 
 def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:
     """No reward spread: a reward that never pays, samples too noisy (colder) or too alike (warmer)."""
-    reward, entropy = ev.get("reward"), ev.get("entropy")
+    reward, entropy = ev.get("answer_reward", ev.get("reward")), ev.get("entropy")
     cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
              "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
              if reward is not None and abs(reward) < 1e-9 else "")
+    what = "reward"
+    if ANSWER_SPREAD_KEY in ev:
+        what = "answer's reward"
+        cause += (" The spread the groups have comes from the other rewards alone (such as brevity), so the run "
+                  "learns those: the replies change, and no answer gets better.")
     if entropy is not None and entropy >= t.noisy_entropy:
         sampling = (f"the samples are noisy (entropy {entropy:.2f} a token): if the greedy answers are better "
                     f"(rloo-kit eval shows both), lower temperature {temp:g} -> {round(temp / 2, 2):g} or set "
@@ -325,7 +346,7 @@ def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str,
                     f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
     else:
         sampling = "raise num_generations"
-    return (f"Most groups have no reward spread ({ev}): every completion of a prompt scores the same, so "
+    return (f"Most groups have no spread in the {what} ({ev}): every completion of a prompt scores the same, so "
             f"the leave-one-out advantage is zero and nothing is learned.{cause}",
             f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
             f"if the task is too hard, make it easier or give partial credit; {sampling} {g} -> {2 * g}. If the "

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from rloo_kit import ConfigError, HealthMonitor, Thresholds
-from rloo_kit.diagnostics import KINDS
+from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, KINDS, SPREAD_KEY
 
 
 def healthy_step(i: int) -> dict:
@@ -157,6 +157,24 @@ def test_a_share_cut_that_falls_is_a_policy_learning_to_fit():
     assert d.kind == "truncation" and d.step == 5
 
 
+def test_answers_never_right_while_a_side_reward_teaches_are_a_collapse():
+    """A held-back file (*Which number comes right before 162?*), refused by the pre-flight and trained with --force:
+    no answer right in 30 steps, but the brevity reward the kit adds gave every group a spread, so the run learned to
+    empty its replies ('150') and the monitor named nothing. The answer's own spread says so."""
+    side_only = history(start=1, **{SPREAD_KEY: lambda i: 0.0, ANSWER_SPREAD_KEY: lambda i: 1.0,
+                                    "rewards/correct_answer/mean": lambda i: 0.0,
+                                    "rewards/correct_answer/std": lambda i: 0.0,
+                                    "reward": lambda i: min(0.2, 0.01 * i), "reward_std": lambda i: 0.1})
+    (d,) = HealthMonitor(answer_reward="correct_answer").diagnose(side_only)
+    assert d.kind == "reward_collapse" and d.step == 3
+    assert "answer's reward" in d.message and "other rewards alone" in d.message and "never pays" in d.message
+    # the answer learned, then flat in it while brevity still varies: converged, not a collapse
+    learned = history(start=1, **{SPREAD_KEY: lambda i: 0.0, ANSWER_SPREAD_KEY: lambda i: 1.0 if i >= 10 else 0.2,
+                                  "rewards/correct_answer/mean": lambda i: 1.0 if i >= 10 else 0.2,
+                                  "rewards/correct_answer/std": lambda i: 0.0 if i >= 10 else 0.4})
+    assert kinds(learned, answer_reward="correct_answer") == ["converged"]
+
+
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():
     # TRL's share moves with beta x KL once the policy has left the reference; the kit's does not
     hist = history(frac_reward_zero_std=lambda i: 0.1, frac_task_reward_zero_std=lambda i: 1.0,
@@ -170,7 +188,6 @@ def test_a_constant_reward_after_the_policy_moved_is_logged_as_no_spread(tiny_mo
     import torch
 
     import rloo_kit
-    from rloo_kit.diagnostics import SPREAD_KEY
 
     from .helpers import arithmetic_rows
 
@@ -199,7 +216,6 @@ def test_the_spread_is_taken_as_trl_takes_its_rewards():
 
     import torch
 
-    from rloo_kit.diagnostics import SPREAD_KEY
     from rloo_kit.patches.compat import log_task_reward_spread
 
     nan = float("nan")
@@ -216,12 +232,13 @@ def test_the_spread_is_taken_as_trl_takes_its_rewards():
     trainer.reward_clip_range = (-1.0, 0.5)
     trainer._calculate_rewards()
     assert trainer._metrics["train"][SPREAD_KEY] == [0.25, 0.75]  # clipped at 0.5, the last two groups lose theirs
+    # the first function alone: 1 and 1, unscorable, 0.2 and 0.9, 1 and 1; the total's clip is not its
+    assert trainer._metrics["train"][ANSWER_SPREAD_KEY] == [0.5, 0.5]
 
 
 def test_with_beta_zero_the_spread_equals_trls_every_step(tiny_model_dir, tmp_path, cpu_tiny_overrides):
     """Without a KL term the task reward is TRL's reward: the kit's share must be TRL's frac_reward_zero_std."""
     import rloo_kit
-    from rloo_kit.diagnostics import SPREAD_KEY
 
     from .helpers import arithmetic_rows
 

@@ -292,11 +292,17 @@ def group_spread(trainer, per_func: torch.Tensor) -> torch.Tensor:
     """The spread (standard deviation) of each group's task reward, from `per_func` (TRL's rewards per function, a
     row per completion): TRL's total as it takes it before the KL penalty (unscorable rows left out, then clipped),
     grouped by the trainer's group size for its mode. NaN for a group with fewer than two scorable rows."""
-    from trl.trainer.utils import nanstd
-
     rewards = task_rewards(trainer, per_func)
     if trainer.reward_clip_range:
         rewards = rewards.clamp(*trainer.reward_clip_range)
+    return _spread_by_group(trainer, rewards)
+
+
+def _spread_by_group(trainer, rewards: torch.Tensor) -> torch.Tensor:
+    """The standard deviation within each group of `rewards` (one per completion), by the group size of the
+    trainer's mode; NaN for a group with fewer than two scored rows."""
+    from trl.trainer.utils import nanstd
+
     group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
     return nanstd(rewards.view(-1, group), dim=1) if group > 1 else torch.zeros(len(rewards))
 
@@ -312,15 +318,21 @@ def log_task_reward_spread(trainer) -> None:
     functions, as `frac_task_reward_zero_std`. TRL's `frac_reward_zero_std` is taken after RLOO subtracts
     beta x KL from each reward, and completions that differ have different KL: once the policy has moved
     from the reference, a group with one reward for every completion no longer counts, and reward collapse
-    goes unseen. Wraps TRL's `_calculate_rewards` (which returns every process's rewards per function)."""
-    from ..diagnostics import SPREAD_KEY
+    goes unseen. Wraps TRL's `_calculate_rewards` (which returns every process's rewards per function).
+
+    With several reward functions, also the share without a spread in the first one's alone, the answer's where the
+    kit builds the run, as `frac_answer_reward_zero_std`: a side reward (the brevity the kit adds to a long-winded
+    file task) gives groups a spread while no answer is ever right, and the run then learns only that reward."""
+    from ..diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY
 
     calculate = trainer._calculate_rewards
 
     def calculate_rewards(*args, **kwargs):
         per_func = calculate(*args, **kwargs)
-        mode = "train" if trainer.model.training else "eval"  # TRL's mode, each with its group size
-        trainer._metrics[mode][SPREAD_KEY].append(zero_spread_share(group_spread(trainer, per_func)))
+        metrics = trainer._metrics["train" if trainer.model.training else "eval"]  # TRL's mode, its group size
+        metrics[SPREAD_KEY].append(zero_spread_share(group_spread(trainer, per_func)))
+        if per_func.shape[1] > 1:
+            metrics[ANSWER_SPREAD_KEY].append(zero_spread_share(_spread_by_group(trainer, per_func[:, 0])))
         return per_func
 
     trainer._calculate_rewards = calculate_rewards
