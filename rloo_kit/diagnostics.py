@@ -332,9 +332,9 @@ def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str,
     cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
              "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
              if reward is not None and abs(reward) < 1e-9 else "")
-    what = "reward"
+    what, stop = "reward", ""
     if ANSWER_SPREAD_KEY in ev:
-        what = "answer's reward"
+        what, stop = "answer's reward", "stop the run, as what it learns now is the other rewards' alone; "
         cause += (" The spread the groups have comes from the other rewards alone (such as brevity), so the run "
                   "learns those: the replies change, and no answer gets better.")
     if entropy is not None and entropy >= t.noisy_entropy:
@@ -348,7 +348,7 @@ def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str,
         sampling = "raise num_generations"
     return (f"Most groups have no spread in the {what} ({ev}): every completion of a prompt scores the same, so "
             f"the leave-one-out advantage is zero and nothing is learned.{cause}",
-            f"check the reward on a few completions by hand (a constant or always-zero reward does this); "
+            f"{stop}check the reward on a few completions by hand (a constant or always-zero reward does this); "
             f"if the task is too hard, make it easier or give partial credit; {sampling} {g} -> {2 * g}. If the "
             "reward is at its maximum, the task is solved: stop.")
 

@@ -168,6 +168,7 @@ def test_answers_never_right_while_a_side_reward_teaches_are_a_collapse():
     (d,) = HealthMonitor(answer_reward="correct_answer").diagnose(side_only)
     assert d.kind == "reward_collapse" and d.step == 3
     assert "answer's reward" in d.message and "other rewards alone" in d.message and "never pays" in d.message
+    assert d.fix.startswith("stop the run")
     # the answer learned, then flat in it while brevity still varies: converged, not a collapse
     learned = history(start=1, **{SPREAD_KEY: lambda i: 0.0, ANSWER_SPREAD_KEY: lambda i: 1.0 if i >= 10 else 0.2,
                                   "rewards/correct_answer/mean": lambda i: 1.0 if i >= 10 else 0.2,
