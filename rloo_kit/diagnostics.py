@@ -103,7 +103,7 @@ class Diagnosis:
         return self.kind not in NOT_FAILURES
 
     def __str__(self) -> str:
-        return f"[{self.kind} at step {self.step}] {self.message}\n  Fix: {self.fix}"
+        return f"[{self.kind} at step {self.step}] {self.message}\n  {'Fix' if self.failure else 'Next'}: {self.fix}"
 
 
 SPREAD_KEY = "frac_task_reward_zero_std"  # logged by patch task_reward_spread (patches.compat)
@@ -151,7 +151,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
                 found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
                                          "kl": "not logged (beta=0)"}
 
-    flat = _flat(recent, t)
+    flat = _flat(history, t, answer_reward)
     if flat:
         evidence = {**flat, "reward": recent[-1].get("reward")}
         if recent[-1].get(f"rewards/{answer_reward}/mean") is not None:
@@ -160,8 +160,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
             evidence["entropy"] = round(recent[-1]["entropy"], 4)
         rise = _reward_rise(history, t, answer_reward)
         if rise:
-            found["converged"] = {**evidence, "answer_reward_early": round(rise[0], 3),
-                                  "answer_reward_now": round(rise[1], 3)}
+            found["converged"] = {**evidence, "rose": rise[2], "early": round(rise[0], 3), "now": round(rise[1], 3)}
         else:
             found["reward_collapse"] = evidence
 
@@ -179,25 +178,28 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     return found
 
 
-def _flat(recent: list[dict], t: Thresholds) -> dict | None:
-    """The share of prompts without a reward spread, where it stayed at `zero_std_frac` or more over the `patience`
-    steps of `recent`: in the total reward before the KL penalty, or in the answer's alone (where the other rewards
-    alone gave the groups their spread), keyed by which. None where neither did."""
-    if len(recent) < t.patience:
-        return None
-    total = SPREAD_KEY if any(SPREAD_KEY in h for h in recent) else "frac_reward_zero_std"
-    for key in (total, ANSWER_SPREAD_KEY):
-        shares = [h.get(key) for h in recent]
-        if all(z is not None and z >= t.zero_std_frac for z in shares):
+def _flat(history: list[dict], t: Thresholds, answer_reward: str | None) -> dict | None:
+    """The share of prompts without a reward spread, where it stayed at `zero_std_frac` or more over the last
+    `patience` steps, in the total reward before the KL penalty, keyed by which share; or, where the monitor knows
+    the answer's reward, in that alone over the last `warmup_steps + patience` (the other rewards alone gave the
+    groups their spread): a hard task's first steps often have no right answer while brevity varies, and a rise
+    from its first right answers cannot be judged sooner. None where neither."""
+    total = SPREAD_KEY if any(SPREAD_KEY in h for h in history[-t.patience:]) else "frac_reward_zero_std"
+    windows = [(total, t.patience)] + ([(ANSWER_SPREAD_KEY, t.warmup_steps + t.patience)] if answer_reward else [])
+    for key, steps in windows:
+        shares = [h.get(key) for h in history[-steps:]]
+        if len(shares) == steps and all(z is not None and z >= t.zero_std_frac for z in shares):
             return {key: shares[-1]}
     return None
 
 
-def _reward_rise(history: list[dict], t: Thresholds, answer_reward: str | None) -> tuple[float, float] | None:
+def _reward_rise(history: list[dict], t: Thresholds,
+                 answer_reward: str | None) -> tuple[float, float, str] | None:
     """The answer's reward (TRL's `rewards/<answer_reward>/mean` where it is logged, else the total) at the run's start
-    and now, where it rose by `reward_rise` x its early spread over a step's completions: a policy converging on what
-    pays, not one running away or emptying its replies for a side reward. None where it did not, and where the
-    spread is not logged, as a rise cannot then be told from noise."""
+    and now, and which of the two it is ("answer's reward" or "reward"), where it rose by `reward_rise` x its early
+    spread over a step's completions: a policy converging on what pays, not one running away or emptying its replies
+    for a side reward. None where it did not, and where the spread is not logged, as a rise cannot then be told from
+    noise."""
     key = f"rewards/{answer_reward}"
     logged = answer_reward is not None and any(f"{key}/mean" in h for h in history)
     mean, std = (f"{key}/mean", f"{key}/std") if logged else ("reward", "reward_std")
@@ -207,7 +209,7 @@ def _reward_rise(history: list[dict], t: Thresholds, answer_reward: str | None) 
     early = statistics.median(r for r, _ in steps[:t.warmup_steps])
     now = statistics.fmean(r for r, _ in steps[-t.patience:])
     noise = max(statistics.median(s for _, s in steps[:t.warmup_steps]), 1e-3)  # a run flat from the start: not 0
-    return (early, now) if now > early + t.reward_rise * noise else None
+    return (early, now, "answer's reward" if logged else "reward") if now > early + t.reward_rise * noise else None
 
 
 def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
@@ -288,13 +290,15 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
     if kind == "reward_collapse":
         return _collapse_advice(ev, g, temp, t or Thresholds())
     if kind == "converged":
-        flat = next(v for k, v in ev.items() if k.endswith("zero_std"))
+        alone = ANSWER_SPREAD_KEY in ev  # flat in the answer's reward alone
+        share = next(v for k, v in ev.items() if k.endswith("zero_std"))
         entropy = f" (entropy {ev['entropy']:.3f} a token)" if ev.get("entropy") is not None else ""
-        return (f"{flat:.0%} of the prompts of the latest steps got the same reward on all their completions, after "
-                f"the answer's reward rose {ev['answer_reward_early']:.2f} -> {ev['answer_reward_now']:.2f}: the "
-                f"policy now answers each training prompt one way{entropy}, so further steps learn little from "
-                "them. Not a failure in itself: the validation curve of a run given --minutes, or the held-out "
-                "evaluation, tells whether it learned the task or settled on one answer for every prompt.",
+        return (f"{share:.0%} of the prompts of the latest steps got the same {'answer ' * alone}reward on all "
+                f"their completions, after the {ev['rose']} rose {ev['early']:.2f} -> {ev['now']:.2f}: the policy now "
+                f"answers each training prompt one way{entropy}, so further steps learn little from them"
+                f"{' (the other rewards, such as brevity, still move it)' if alone else ''}. Not a failure in itself: "
+                "the validation curve of a run given --minutes, or the held-out evaluation, tells whether it learned "
+                "the task or settled on one answer for every prompt.",
                 "where validation has stopped rising or the reward is at its maximum, stop: a run given --minutes "
                 "keeps its best validation step (HealthMonitor(stop_on=['converged']) stops here). To learn the "
                 f"prompts still answered wrong, raise temperature {temp:g} -> {min(temp + 0.3, 1.5):g} or "
@@ -329,7 +333,8 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
 def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:
     """No reward spread: a reward that never pays, samples too noisy (colder) or too alike (warmer)."""
     reward, entropy = ev.get("answer_reward", ev.get("reward")), ev.get("entropy")
-    cause = (" Every completion scores 0: the reward never pays (an answer format the model never writes, "
+    scorer = "the answer's reward" if "answer_reward" in ev else "the reward"
+    cause = (f" Every completion scores 0 from {scorer}: it never pays (an answer format the model never writes, "
              "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
              if reward is not None and abs(reward) < 1e-9 else "")
     what, stop = "reward", ""

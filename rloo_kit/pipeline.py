@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .budget import BEST_DIR
+from .diagnostics import NOT_FAILURES
 from .distributed import is_main_process
 from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, paired_change
@@ -123,6 +124,8 @@ class RunReport:
         model card there at each checkpoint, naming no base model where it was loaded from a folder and loading
         model="None" in its example; the kit's replaces it at the end."""
         adapter = out / ADAPTER_DIR
+        failures = [kind for kind in self.diagnoses if kind not in NOT_FAILURES]
+        notes = [kind for kind in self.diagnoses if kind in NOT_FAILURES]
         use = ([] if not self.trained else
                ["", "## Use the adapter", "", "```bash",
                 f"rloo-kit eval --adapter {adapter}  # held-out accuracy, base beside adapter",
@@ -132,8 +135,10 @@ class RunReport:
                 "```"])
         setup = [f"- preset {self.preset} on {self.device}",
                  *(f"- own-task default: {note}" for note in self.own_task_defaults),
-                 *([f"- the health monitor named: {', '.join(self.diagnoses)} (the warnings in the run's output say "
-                    "why, and what to change)"] if self.diagnoses else [])]
+                 *([f"- the health monitor named: {', '.join(failures)} (the warnings in the run's output say "
+                    "why, and what to change)"] if failures else []),
+                 *([f"- the health monitor noted: {', '.join(notes)} (not a failure: the run's output says what "
+                    "it means)"] if notes else [])]
         files = [f"| `{name}` | {what} |" for name, what in FILES.items() if any(out.glob(name))]
         return "\n".join([f"# rloo-kit run: task {self.task}, model {self.model}", "", "```", *self.lines(), "```", "",
                           *setup, *use, "", "## Files", "", "| file | what |", "|---|---|", *files, ""])

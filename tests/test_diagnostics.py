@@ -135,7 +135,8 @@ def test_groups_flat_after_the_reward_rose_are_converged_not_collapsed():
                           "rewards/correct_answer/mean": lambda i: 0.0, "rewards/correct_answer/std": lambda i: 0.0,
                           "rewards/brevity/mean": lambda i: 0.2 if i >= 10 else 0.05})
     assert kinds(emptied, answer_reward="correct_answer") == ["reward_collapse"]
-    assert kinds(emptied) == ["converged"]  # the total's rise, brevity's alone, passes for one
+    (d,) = HealthMonitor().diagnose(emptied)  # the total's rise, brevity's alone, passes for one, and says so
+    assert d.kind == "converged" and "after the reward rose" in d.message and "Next:" in str(d)
 
 
 def test_converged_says_the_rise_and_how_to_stop_or_go_on():
@@ -166,7 +167,7 @@ def test_answers_never_right_while_a_side_reward_teaches_are_a_collapse():
                                     "rewards/correct_answer/std": lambda i: 0.0,
                                     "reward": lambda i: min(0.2, 0.01 * i), "reward_std": lambda i: 0.1})
     (d,) = HealthMonitor(answer_reward="correct_answer").diagnose(side_only)
-    assert d.kind == "reward_collapse" and d.step == 3
+    assert d.kind == "reward_collapse" and d.step == 6  # once a rise can be judged: warmup_steps + patience
     assert "answer's reward" in d.message and "other rewards alone" in d.message and "never pays" in d.message
     assert d.fix.startswith("stop the run")
     # the answer learned, then flat in it while brevity still varies: converged, not a collapse
@@ -174,6 +175,13 @@ def test_answers_never_right_while_a_side_reward_teaches_are_a_collapse():
                                   "rewards/correct_answer/mean": lambda i: 1.0 if i >= 10 else 0.2,
                                   "rewards/correct_answer/std": lambda i: 0.0 if i >= 10 else 0.4})
     assert kinds(learned, answer_reward="correct_answer") == ["converged"]
+    # a hard task's first steps: no answer right until step 4, then some: neither a collapse nor converged
+    first_right = history(start=1, **{SPREAD_KEY: lambda i: 0.0, ANSWER_SPREAD_KEY: lambda i: 1.0 if i < 4 else 0.5,
+                                      "rewards/correct_answer/mean": lambda i: 0.0 if i < 4 else 0.3,
+                                      "rewards/correct_answer/std": lambda i: 0.0 if i < 4 else 0.45})
+    assert kinds(first_right, answer_reward="correct_answer") == []
+    # without knowing which reward is the answer's (a bare replay), the answer's own share is not read
+    assert kinds(side_only) == []
 
 
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():
@@ -209,6 +217,30 @@ def test_a_constant_reward_after_the_policy_moved_is_logged_as_no_spread(tiny_mo
     assert len(logs) == 2 and all(h["kl"] != 0 for h in logs)
     assert [h[SPREAD_KEY] for h in logs] == [1.0, 1.0]
     assert all(h["frac_reward_zero_std"] < 1.0 for h in logs)  # why the monitor reads the kit's share
+    assert not any(ANSWER_SPREAD_KEY in h for h in logs)  # one reward: its share is the total's
+
+
+def test_the_answers_own_spread_is_logged_beside_a_side_rewards(tiny_model_dir, tmp_path, cpu_tiny_overrides):
+    """The answer's reward never pays while a second reward varies: the total has spread, the answer's has none."""
+    import rloo_kit
+
+    from .helpers import arithmetic_rows
+
+    def never_right(prompts, completions, **kwargs):
+        return [0.0] * len(completions)
+
+    def has_e(prompts, completions, **kwargs):
+        return [float("e" in (c[0]["content"] if isinstance(c, list) else c)) for c in completions]
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    trainer = rloo_kit.build_trainer(model, tok, arithmetic_rows(32), [never_right, has_e], preset="cpu",
+                                     output_dir=str(tmp_path), live=False, max_steps=3,
+                                     **{**cpu_tiny_overrides, "per_device_train_batch_size": 8})
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert [h[ANSWER_SPREAD_KEY] for h in logs] == [1.0, 1.0, 1.0]
+    assert min(h[SPREAD_KEY] for h in logs) < 1.0  # has_e gave some groups a spread
+    assert trainer.health_monitor.answer_reward == "never_right"
 
 
 def test_the_spread_is_taken_as_trl_takes_its_rewards():

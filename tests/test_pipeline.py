@@ -39,6 +39,10 @@ def test_a_runs_card_says_what_it_did_and_lists_the_files_it_left(tmp_path):
     assert "held-out accuracy: before 0.40 -> after 0.70 (+0.30) · 30 steps in 5.0 min" in trained
     assert f'load_adapter(model, "{tmp_path / "adapter"}")' in trained and 'load_model("smollm2-135m")' in trained
     assert "| `adapter` |" in trained and "| `metrics.json` |" in trained and "| `best` |" not in trained
+    assert "health monitor" not in trained
+    watched = RunReport(**common, accuracy_after=0.7, trained=True, diagnoses=["high_variance", "converged"])
+    assert "- the health monitor named: high_variance (" in watched.card(tmp_path)
+    assert "- the health monitor noted: converged (not a failure" in watched.card(tmp_path)
     refused = RunReport(**common, accuracy_after=0.4, preflight={"ok": False, "problems": ["reward_collapse"]})
     card = refused.card(tmp_path)
     assert "Not trained" in card and "## Use the adapter" not in card

@@ -178,6 +178,11 @@ def test_a_text_answer_named_only_where_the_reply_repeats_its_question_is_not_it
     heavier = "Which is heavier, a feather or a brick?"
     assert is_correct("A brick is heavier.", "brick", prompt=heavier)
     assert not is_correct("Of a feather or a brick, the feather.", "brick", prompt=heavier)  # it picks the feather
+    # a colours file: the thing asked about, named as the reply's subject, is not its answer; the colour is
+    orange = [{"role": "user", "content": "What colour is an orange? Reply with one word."}]
+    assert not is_correct("An orange is typically red, not green.", "orange", prompt=orange)
+    assert all(is_correct(r, "orange", prompt=orange) for r in ("An orange is orange.", "Orange, of course.",
+                                                               "Orange."))
     assert is_correct("The opposite of hot is cold.", "cold", prompt="What is the opposite of hot?")
     verb = "What is the past tense of the verb 'put'?"  # the reply need not repeat all of it
     assert not is_correct('The past tense of "put" is "pushed".', "put", prompt=verb)

@@ -81,7 +81,8 @@ PATCHES: tuple[Patch, ...] = (
                  CPU_STEP + "test_bf16_step_trains_fp32_adapters_and_leaves_the_base_alone"),
           apply="rloo_kit.patches.cpu_step:bf16_step", dtype=torch.bfloat16, when="LoRA, transformers generation"),
     Patch("task_reward_spread", "TRL's `_calculate_rewards` wrapped to log frac_task_reward_zero_std into its "
-          "`_metrics` (reward collapse before the KL penalty hides it)",
+          "`_metrics` (reward collapse before the KL penalty hides it), and frac_answer_reward_zero_std, the first "
+          "reward function's alone, where there are several",
           targets=(f"{RLOO}._calculate_rewards", f"{RLOO}()._metrics", "trl.trainer.utils.nanstd"),
           tested=TRL, tests=("tests/test_diagnostics.py::test_the_spread_is_taken_as_trl_takes_its_rewards",),
           apply="rloo_kit.patches.compat:log_task_reward_spread", devices=None),

@@ -214,10 +214,12 @@ def mentions(text: str, phrase: str) -> bool:
 
 def restates(span: str, gold: str, question: str) -> bool:
     """Whether a text answer `span` names `gold` only as `question` names it, and then says something else: each
-    time right after one of the two words the question puts before it (articles aside), with more words after it.
-    'The plural of moose is mooses.' names 'moose' after 'of', as 'What is the plural of moose?' does, and goes on:
-    it answers 'mooses'. 'The plural of moose is moose.' ends on it, as 'Your favourite colour is blue.' does for a
-    question that says 'My favourite colour is blue.'; 'Moose.' restates nothing.
+    time right after one of the two words the question puts before it (articles aside), or opening the span with the
+    article the question puts before it, with more words after it. 'The plural of moose is mooses.' names 'moose'
+    after 'of', as 'What is the plural of moose?' does, and goes on: it answers 'mooses'; 'An orange is typically
+    red.' names the orange that 'What colour is an orange?' asks about. 'The plural of moose is moose.' ends on it, as
+    'Your favourite colour is blue.' does for a question that says 'My favourite colour is blue.'; 'Moose.' and
+    'Orange, of course.' restate nothing.
 
     >>> restates("the capital of luxembourg is brussels", "Luxembourg", "What is the capital of Luxembourg?")
     True
@@ -229,7 +231,24 @@ def restates(span: str, gold: str, question: str) -> bool:
     variants = [_words(v) for v in spellings(" ".join(wanted))]
     before = {asked[j] for i in _found(asked, variants) for j in range(max(i - 2, 0), i)}
     found = _found(said, variants)
-    return bool(found) and all(0 < i and said[i - 1] in before and i + len(wanted) < len(said) for i in found)
+    opening = _opens_as_asked(span, variants, question)
+    return bool(found) and all((said[i - 1] in before if i else opening) and i + len(wanted) < len(said)
+                               for i in found)
+
+
+def _opens_as_asked(span: str, phrases: list[list[str]], question: str) -> bool:
+    """Whether `span` opens with an article and one of `phrases` that `question` has after the same article, not as
+    one of the things it offers ('X or Y'): the thing the question asks about, named as its subject ('An orange is
+    red.' for 'What colour is an orange?'), not the pick ('A brick is heavier.' for 'a feather or a brick?')."""
+    raw, asked = re.findall(r"\w+", span.lower()), re.findall(r"\w+", question.lower())
+    if not raw or raw[0] not in ("the", "a", "an"):
+        return False
+    for p in phrases:
+        n = len(p) + 1  # the article and the phrase
+        if raw[1:n] == p and any(asked[j:j + n] == raw[:n] and "or" not in (asked[j - 1:j] + asked[j + n:j + n + 1])
+                                 for j in range(len(asked))):
+            return True
+    return False
 
 def _words(text: str) -> list[str]:
     """Lower-case words, articles left out: what `restates` compares."""
@@ -250,16 +269,17 @@ def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
     if numeric:
         return answers_match(extract_answer(text), gold)
     wanted, span = normalize_text(gold), _answer_span(text)
-    return bool(wanted) and mentions(span, wanted) and not restates(span, gold, question)
+    return bool(wanted) and mentions(normalize_text(span), wanted) and not restates(span, gold, question)
 
 def _answer_span(text: str) -> str:
-    """Where a text answer is looked for: the explicit answer if the reply marks one, else its last sentence."""
+    """Where a text answer is looked for, as written: the explicit answer if the reply marks one, else its last
+    sentence."""
     for pattern in _ANSWER_PATTERNS[:3]:  # ####, boxed, <answer>
         found = pattern.findall(text)
         if found:
-            return normalize_text(found[-1])
+            return found[-1]
     marked = re.findall(r"answer(?: is)?\s*:?\s*(.+)", text, re.I)
     if marked:
-        return normalize_text(marked[-1])
+        return marked[-1]
     said = [s for s in sentences(text) if normalize_text(s)]
-    return normalize_text(said[-1]) if said else ""
+    return said[-1] if said else ""
