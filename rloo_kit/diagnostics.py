@@ -168,6 +168,8 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     if (len(recent) == t.patience and all(c is not None and c >= t.clipped_ratio for c in clipped)
             and clipped[-1] >= (1 - t.clipped_fall) * clipped[0]):
         found["truncation"] = {"clipped_ratio": clipped[-1]}
+        if any("rewards/brevity/mean" in h for h in recent):
+            found["truncation"]["brevity"] = "in the run"
     hacking = _reward_hacking(history, t)
     if hacking:
         found["reward_hacking"] = hacking
@@ -326,8 +328,9 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "policy stays nearer the base model.")
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
             "no final answer to score.",
-            f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or add "
-            "rloo_kit.rewards.brevity() with a small weight.")
+            f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or "
+            + ("give the brevity reward the run has a larger weight." if ev.get("brevity") else
+               "add rloo_kit.rewards.brevity() with a small weight."))
 
 
 def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:

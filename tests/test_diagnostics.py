@@ -155,7 +155,11 @@ def test_a_share_cut_that_falls_is_a_policy_learning_to_fit():
     assert "truncation" not in kinds(history(start=1, **{"completions/clipped_ratio": lambda i: demo[i - 1]}))
     stuck = [0.81, 0.75, 0.6, 0.58, 0.6] + [0.6] * 25  # falls, then stays over half
     (d,) = HealthMonitor().diagnose(history(start=1, **{"completions/clipped_ratio": lambda i: stuck[i - 1]}))
-    assert d.kind == "truncation" and d.step == 5
+    assert d.kind == "truncation" and d.step == 5 and "add rloo_kit.rewards.brevity()" in d.fix
+    # a file task's run that already has the brevity reward the kit adds is not told to add one
+    (d,) = HealthMonitor().diagnose(history(start=1, **{"completions/clipped_ratio": lambda i: stuck[i - 1],
+                                                        "rewards/brevity/mean": lambda i: 0.05}))
+    assert "give the brevity reward the run has a larger weight" in d.fix and "add rloo_kit" not in d.fix
 
 
 def test_answers_never_right_while_a_side_reward_teaches_are_a_collapse():
