@@ -102,8 +102,13 @@ class Diagnosis:
         """False for `converged`: named so that the user knows when more steps teach little, not as a fault."""
         return self.kind not in NOT_FAILURES
 
+    @property
+    def fix_label(self) -> str:
+        """What the fix is called where it is shown: 'Fix' for a failure, 'Next' for a note."""
+        return "Fix" if self.failure else "Next"
+
     def __str__(self) -> str:
-        return f"[{self.kind} at step {self.step}] {self.message}\n  {'Fix' if self.failure else 'Next'}: {self.fix}"
+        return f"[{self.kind} at step {self.step}] {self.message}\n  {self.fix_label}: {self.fix}"
 
 
 SPREAD_KEY = "frac_task_reward_zero_std"  # logged by patch task_reward_spread (patches.compat)

@@ -162,10 +162,10 @@ def progress_html(view, state, final: str | None = None) -> str:
 
 def banner_html(d) -> str:
     """An orange warning for a failure, a blue note for what is not one (`converged`)."""
-    edge, fill, mark, fix = ("#d9822b", "#fff4e5", "⚠", "Fix") if d.failure else ("#2b7bd9", "#e8f1fc", "ℹ", "Next")
+    edge, fill, mark = ("#d9822b", "#fff4e5", "⚠") if d.failure else ("#2b7bd9", "#e8f1fc", "ℹ")
     return (f"<div style='border-left:5px solid {edge};background:{fill};color:#222;padding:6px 10px;margin:3px 0'>"
             f"<b>{mark} {html.escape(d.kind.replace('_', ' '))}</b> (from step {d.step}): {html.escape(d.message)}"
-            f"<br><b>{fix}:</b> {html.escape(d.fix)}</div>")
+            f"<br><b>{d.fix_label}:</b> {html.escape(d.fix)}</div>")
 
 
 def curves_png(history: Sequence[dict], diagnoses: Sequence) -> bytes:
