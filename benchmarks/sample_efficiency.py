@@ -18,7 +18,7 @@ every 5 steps for them, the same cost in every arm). Adopt an arm as the default
 excludes 0 and costs no task more than one held-out prompt on average.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--tasks demo word_sums] [--seeds 0 1 2 3 4] [--minutes 3]
-        [--arms plain pool filter pool_filter double (no_kl)] [--reuse]
+        [--arms plain pool filter pool_filter double (no_kl)] [--max-steps N] [--reuse]
 
 Writes benchmarks/results/sample-efficiency.{json,md} (`--name` another); runs live in runs/bench-efficiency/.
 """
@@ -44,10 +44,11 @@ SAVE_STEPS = 5  # checkpoints, whose logs give the groups with spread a minute
 COMPLETIONS_PER_STEP = PRESETS["cpu"].per_device_train_batch_size  # what "double" doubles
 
 
-def run(task: str, arm: str, seed: int, minutes: float, reuse: bool) -> dict:
+def run(task: str, arm: str, seed: int, minutes: float, reuse: bool, max_steps: int | None = None) -> dict:
     out = RUNS / f"{task}-{arm}-s{seed}"
     flags = [f.format(double=2 * COMPLETIONS_PER_STEP) for f in ARMS[arm]]
-    m, command = cli_train(out, [*CASES[task][1], "--minutes", str(minutes), "--seed", str(seed), "--force",
+    budget = ["--max-steps", str(max_steps)] if max_steps else ["--minutes", str(minutes)]
+    m, command = cli_train(out, [*CASES[task][1], *budget, "--seed", str(seed), "--force",
                                  "--overwrite", "--save-steps", str(SAVE_STEPS), *flags],
                            f"{task} {arm} seed {seed}", reuse)
     config = m.get("config") or {}
@@ -109,19 +110,22 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=[a for a in ARMS if a != "no_kl"], choices=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--minutes", type=float, default=3.0)
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="train this many steps instead of for --minutes (the 30-step goals; a count of steps does not "
+                    "move with the machine's load)")
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
     ap.add_argument("--name", default="sample-efficiency", help="results/<name>.{json,md}: one name per budget")
     ap.add_argument("--reuse", action="store_true",
                     help="read the finished runs already in runs/bench-efficiency that the same code and settings "
                     "made (common.run_stamp); train the others")
     args = ap.parse_args()
-    runs = [run(task, arm, seed, args.minutes, args.reuse)
+    runs = [run(task, arm, seed, args.minutes, args.reuse, args.max_steps)
             for task in args.tasks for seed in args.seeds for arm in args.arms]
     table = ["| task | arm | seeds | held-out before -> after (mean) | gain | after: arm - plain, paired by seed "
              "[bootstrap 95%], sign test | steps | step s | groups with spread / min |",
              "|---|---|---|---|---|---|---|---|---|"]
     table += [row(runs, task, arm) for task in args.tasks for arm in args.arms]
-    result = {**stamp(), "minutes": args.minutes, "runs": runs}
+    result = {**stamp(), "minutes": None if args.max_steps else args.minutes, "max_steps": args.max_steps, "runs": runs}
     write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
 
 
