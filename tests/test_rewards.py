@@ -86,6 +86,16 @@ def test_tag_format_and_brevity():
     assert short == pytest.approx(0.9) and long == 0.0
 
 
+def test_gated_brevity_pays_short_replies_only_where_they_are_right():
+    """A run whose answers are never right must find no spread in length, or it learns to empty its replies."""
+    gated = brevity(max_chars=10, gate=correct_answer)
+    scores = gated(prompts=["q"] * 4, completions=["7", "So it is 7.", "8", ""], answer=["7"] * 4)
+    assert scores == [pytest.approx(0.9), pytest.approx(0.0), 0.0, 0.0]  # "So it is 7." is 11 characters
+    assert required_columns(gated) == {"answer"} and gated.__name__ == "brevity"
+    never_right = gated(prompts=["q"] * 3, completions=["1", "12", "a long wrong reply"], answer=["7"] * 3)
+    assert set(never_right) == {0.0}
+
+
 def test_combine_weights_and_required_columns():
     both = combine((correct_answer, 1.0), (brevity(max_chars=10), 0.5))
     assert required_columns(both) == {"answer"}

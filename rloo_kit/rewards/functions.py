@@ -51,14 +51,30 @@ def tag_format(tags: Sequence[str] = ("think", "answer")) -> RewardFunc:
     format_reward.__name__ = "format_" + "_".join(tags)
     return format_reward
 
-def brevity(max_chars: int = 40) -> RewardFunc:
+def brevity(max_chars: int = 40, *, gate: RewardFunc | None = None) -> RewardFunc:
     """1.0 for an empty answer, falling linearly to 0.0 at `max_chars` characters. Weight it small:
-    it breaks ties between right answers in favour of the shorter one."""
+    it breaks ties between right answers in favour of the shorter one.
+
+    `gate` (the task's answer reward): paid only where the gate scores above 0, so a short wrong reply earns
+    nothing more than a long one, as in Kimi k1.5's length reward. Ungated, a run whose answers are never right
+    still finds spread in length and learns to empty its replies (*Which number comes right before 162?*
+    answered "150"). The kit's own brevity stays ungated: gated, 30 steps of the demo and of a number-words file
+    gained less held out (-0.05 each over three seeds, `benchmarks/results/brevity-gate.md`), as paying a short
+    wrong reply teaches the short form the right answers then take.
+
+    >>> brevity(10, gate=correct_answer)(["q", "q"], ["7", "8"], answer=["7", "7"])
+    [0.9, 0.0]
+    """
 
     def brevity_reward(prompts: list, completions: list, **kwargs) -> list[float]:
-        return [max(0.0, 1.0 - len(completion_text(c).strip()) / max_chars) for c in completions]
+        short = [max(0.0, 1.0 - len(completion_text(c).strip()) / max_chars) for c in completions]
+        if gate is None:
+            return short
+        right = gate(prompts=prompts, completions=completions, **kwargs)
+        return [s if (r or 0) > 0 else 0.0 for s, r in zip(short, right, strict=True)]
 
     brevity_reward.__name__ = "brevity"
+    brevity_reward.required_columns = required_columns(gate) if gate is not None else set()
     return brevity_reward
 
 def reward_model(model, tokenizer, *, batch_size: int = 8, name: str = "reward_model",
