@@ -76,8 +76,10 @@ class Thresholds:
     gold_stall: int = 3
     kl_hack_growth: float = 3.0
     # memorisation (needs `validation/accuracy`, logged by a run given minutes: budget.TimeBudget): the training
-    # reward's mean over the window risen by memo_reward_rise above its first window's, while memo_points
-    # validation measurements after the first are none of them more than memo_validation_gain above it
+    # reward's mean over the window risen by memo_reward_rise above its first window's, while the latest memo_points
+    # validation measurements are none of them more than memo_validation_gain above the first (the latest, not all
+    # since: one row right once of nine, 0.00 -> 0.11 -> 0.00, kept a held-back calendar file training 144 steps
+    # on a reward that rose 0.0 -> 0.5 with validation at 0.00 five times out of six)
     memo_reward_rise: float = 0.2
     memo_validation_gain: float = 0.05
     memo_points: int = 3
@@ -233,16 +235,18 @@ def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
 
 
 def _memorisation(history: list[dict], t: Thresholds) -> dict | None:
-    """The training reward climbing while greedy accuracy on validation rows (training rows set apart) stays
-    where it started: the policy is learning its training prompts, not the rule that answers them."""
+    """The training reward climbing while greedy accuracy on validation rows (training rows set apart) is, over its
+    latest measurements, where it started: the policy is learning its training prompts, not the rule that answers
+    them (a run that learned the rule earlier keeps that step's adapter: a budget keeps the best validation step)."""
     validation = _series(history, "validation/accuracy")
     rewards = _series(history, "reward")
     if len(validation) < t.memo_points + 1 or len(rewards) < 2 * t.window:
         return None
     early, now = statistics.fmean(rewards[:t.window]), statistics.fmean(rewards[-t.window:])
-    if now - early < t.memo_reward_rise or max(validation[1:]) > validation[0] + t.memo_validation_gain:
+    if now - early < t.memo_reward_rise or max(validation[-t.memo_points:]) > validation[0] + t.memo_validation_gain:
         return None
     return {"reward_early": round(early, 3), "reward_now": round(now, 3), "validation_start": validation[0],
+            "validation_latest": [round(v, 3) for v in validation[-t.memo_points:]],
             "validation_best_since": max(validation[1:]), "measurements": len(validation)}
 
 
@@ -325,9 +329,10 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "example match the tool's arguments exactly, and let the tool accept the forms the model writes.")
     if kind == "memorisation":
         return (f"The training reward rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy accuracy on "
-                f"training rows set apart stayed at {ev['validation_start']:g} (at best {ev['validation_best_since']:g}"
-                f" over {ev['measurements'] - 1} measurements since): the policy is learning its training prompts, "
-                "not the rule that answers them.",
+                f"training rows set apart is no better than at the start ({ev['validation_start']:g}) over the latest "
+                f"{len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} over the "
+                f"{ev['measurements'] - 1} since the start): the policy is learning its training prompts, not the "
+                "rule that answers them.",
                 f"keep the best validation step's adapter (a run given --minutes does, and stops here); give more "
                 f"and more varied training rows; halve learning_rate {lr:g} -> {lr / 2:g} or raise beta so that the "
                 "policy stays nearer the base model.")

@@ -294,6 +294,18 @@ def test_with_beta_zero_the_spread_equals_trls_every_step(tiny_model_dir, tmp_pa
     assert len({h["frac_reward_zero_std"] for h in logs}) > 1  # the shares vary, so the equality says something
 
 
+def test_one_row_right_once_does_not_hide_memorisation():
+    """Validation 0.00 -> 0.11 (one row of nine, once) -> 0.00 x3 while the reward climbs: the latest measurements
+    are where the run started, so the run is learning its training prompts."""
+    blip = {1: 0.0, 6: 0.11, 11: 0.0, 16: 0.0, 21: 0.0}
+    (d,) = [d for d in HealthMonitor().diagnose(history(start=1, **{"validation/accuracy": blip.get}))
+            if d.kind == "memorisation"]
+    assert d.evidence["validation_latest"] == [0.0, 0.0, 0.0] and d.evidence["validation_best_since"] == 0.11
+    assert "no better than at the start (0) over the latest 3 measurements (at best 0.11" in d.message
+    learned = {**blip, 16: 0.33, 21: 0.33}  # two of the latest three above the start: not memorisation
+    assert "memorisation" not in kinds(history(start=1, **{"validation/accuracy": learned.get}))
+
+
 def test_validation_that_rises_with_the_reward_is_learning_not_memorisation():
     learning = history(start=1, **{"validation/accuracy": lambda i: 0.4 + 0.01 * i if i % 5 == 1 else None})
     assert "memorisation" not in kinds(learning)
