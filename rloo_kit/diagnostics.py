@@ -243,10 +243,11 @@ def _memorisation(history: list[dict], t: Thresholds) -> dict | None:
     if len(validation) < t.memo_points + 1 or len(rewards) < 2 * t.window:
         return None
     early, now = statistics.fmean(rewards[:t.window]), statistics.fmean(rewards[-t.window:])
-    if now - early < t.memo_reward_rise or max(validation[-t.memo_points:]) > validation[0] + t.memo_validation_gain:
+    latest = validation[-t.memo_points:]
+    if now - early < t.memo_reward_rise or max(latest) > validation[0] + t.memo_validation_gain:
         return None
     return {"reward_early": round(early, 3), "reward_now": round(now, 3), "validation_start": validation[0],
-            "validation_latest": [round(v, 3) for v in validation[-t.memo_points:]],
+            "validation_latest": [round(v, 3) for v in latest],
             "validation_best_since": max(validation[1:]), "measurements": len(validation)}
 
 
