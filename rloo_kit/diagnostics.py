@@ -27,10 +27,11 @@ class Thresholds:
 
     warmup_steps: int = 3  # no judgement before this many logged steps
     window: int = 6  # recent steps that high_variance looks at
-    patience: int = 3  # consecutive steps a sign must last (reward_collapse, truncation, kl)
+    patience: int = 3  # consecutive steps a sign must last (reward_collapse, truncation, kl, high_variance's noise)
     # high_variance: the median step-to-step change of the reward over the window (so one level
     # shift does not count), relative to the larger of |mean reward| and the mean within-step
-    # reward spread (reward_std), so that it is free of the reward's scale.
+    # reward spread (reward_std), so that it is free of the reward's scale; above reward_noise for `patience` steps,
+    # or grad_spikes, where the answer's reward has not risen (`reward_rise`: a run that learns is not failing)
     reward_noise: float = 0.7
     grad_spike: float = 5.0  # a grad_norm this many times the median of the earlier ones is a spike
     grad_spikes: int = 2  # this many spikes within the window
@@ -129,19 +130,9 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         return found
     recent = history[-t.patience:]
 
-    rewards = _series(history, "reward")[-t.window:]
-    spread = _series(history, "reward_std")[-t.window:]
-    if len(rewards) >= t.window:
-        scale = max(abs(statistics.fmean(rewards)), statistics.fmean(spread) if spread else 0.0, 1e-3)
-        noise = statistics.median(abs(b - a) for a, b in zip(rewards, rewards[1:], strict=False)) / scale
-        if noise > t.reward_noise:
-            found["high_variance"] = {"reward_noise": round(noise, 3)}
-    grads = _series(history, "grad_norm")
-    if len(grads) > t.window:
-        spikes = sum(g > t.grad_spike * statistics.median(grads[:i]) for i, g in
-                     enumerate(grads) if i >= len(grads) - t.window and i >= t.warmup_steps)
-        if spikes >= t.grad_spikes:
-            found.setdefault("high_variance", {})["grad_spikes"] = spikes
+    noisy = _noisy(history, t, answer_reward)
+    if noisy:
+        found["high_variance"] = noisy
 
     kl = _series(history, "kl")
     if kl:
@@ -185,6 +176,46 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         found["memorisation"] = memorising
     found.update(_tool_signs(history, t))
     return found
+
+
+def _reward_noise(history: list[dict], t: Thresholds) -> float | None:
+    """The median step-to-step change of the reward over the last `window` steps, relative to the larger of its
+    mean's size and its spread over a step's completions; None before `window` steps."""
+    rewards = _series(history, "reward")[-t.window:]
+    spread = _series(history, "reward_std")[-t.window:]
+    if len(rewards) < t.window:
+        return None
+    scale = max(abs(statistics.fmean(rewards)), statistics.fmean(spread) if spread else 0.0, 1e-3)
+    return statistics.median(abs(b - a) for a, b in zip(rewards, rewards[1:], strict=False)) / scale
+
+
+def _noisy(history: list[dict], t: Thresholds, answer_reward: str | None) -> dict | None:
+    """The reward noisy (`reward_noise`) at each of the last `patience` steps, or the gradient norm spiking, in a run
+    whose answer's reward has not risen (`_reward_rise`). A run that learns is noisy too: the demo's step means rest
+    on 4 prompts, so which 4 come up moves them (0.40 -> 1.01 -> 0.36 at steps 3-5 of a --minutes 3 run whose
+    validation accuracy went 0.28 -> 0.78 by step 7); its noise costs it nothing that fewer completions or a lower
+    learning rate would buy back (results/learning-rate.md: 2e-4 learned least)."""
+    found: dict = {}
+    noise = [_reward_noise(history[:len(history) - k], t) for k in range(t.patience)]
+    if all(n is not None and n > t.reward_noise for n in noise):
+        found["reward_noise"] = round(noise[0], 3)
+    spikes = _grad_spikes(history, t)
+    if spikes >= t.grad_spikes:
+        found["grad_spikes"] = spikes
+    return found if found and not _reward_rise(history, t, answer_reward) else None
+
+
+def _grad_spikes(history: list[dict], t: Thresholds) -> int:
+    """Steps of the last `window` whose gradient norm is `grad_spike` x the median of the earlier steps' that had a
+    group with spread. A step whose groups were all flat has no policy gradient, only the KL term's: its norm near 0
+    is no baseline (a converged demo run alternates 0 and 6-10, and every 6 read as a spike against them)."""
+    steps = [(h["grad_norm"], h.get(SPREAD_KEY, h.get("frac_reward_zero_std"))) for h in history
+             if h.get("grad_norm") is not None]
+    spikes = 0
+    for i in range(max(len(steps) - t.window, t.warmup_steps), len(steps) if len(steps) > t.window else 0):
+        baseline = [g for g, flat in steps[:i] if flat is None or flat < 1]
+        spikes += bool(baseline) and steps[i][0] > t.grad_spike * statistics.median(baseline)
+    return spikes
 
 
 def _flat(history: list[dict], t: Thresholds, answer_reward: str | None) -> dict | None:
@@ -290,8 +321,8 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
     temp = getattr(args, "temperature", None) or 1.0
     mcl = getattr(args, "max_completion_length", None) or 256
     if kind == "high_variance":
-        return (f"The reward jumps from step to step far more than it trends ({ev}). Each step's gradient "
-                "rests on too few completions, so updates are mostly noise.",
+        return (f"The reward jumps from step to step far more than it trends, and the answer's reward has not risen "
+                f"({ev}). Each step's gradient rests on too few completions, so updates are mostly noise.",
                 f"raise num_generations {g} -> {2 * g} (and the batch with it), or gradient_accumulation_steps "
                 f"x2; halve learning_rate {lr:g} -> {lr / 2:g}.")
     if kind == "kl_explosion":

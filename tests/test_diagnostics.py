@@ -70,6 +70,29 @@ def test_grad_norm_spikes_alone_are_high_variance():
     assert kinds(spiky) == ["high_variance"]
 
 
+def test_steps_without_spread_are_no_baseline_for_gradient_spikes():
+    """A step whose groups are all flat has only the KL term's gradient: its norm near 0 does not make the next step
+    with spread a spike (a converged demo run's norms alternate 0 and 6-10)."""
+    alternating = {"start": 1, "reward": lambda i: 0.4, "grad_norm": lambda i: 0.0 if i % 2 else 6.0}
+    flat_when_zero = history(**alternating, frac_reward_zero_std=lambda i: 1.0 if i % 2 else 0.25)
+    assert kinds(flat_when_zero) == []
+    assert kinds(history(**alternating)) == ["high_variance"]  # the same norms where every step had spread
+
+
+def test_a_noisy_run_that_learns_is_not_high_variance():
+    """The demo's first steps at its defaults (--minutes 3, seed 0): 4 prompts a step, so which 4 come up moves the
+    step's reward by more than high_variance's threshold (0.705, 1.03, 0.95 at steps 6-8) while the answer's reward
+    climbs. The same noise without the climb is named, once it has lasted `patience` steps."""
+    rewards = [0.25, 0.58, 0.40, 1.01, 0.36, 0.28, 0.89, 0.90, 0.77, 1.15, 0.77, 0.90, 0.96, 1.15, 1.15, 0.77]
+    spread = [0.42, 0.56, 0.47, 0.37, 0.48, 0.44, 0.48, 0.45, 0.50, 0.0, 0.50, 0.45, 0.40, 0.0, 0.0, 0.50]
+    learning = [{**healthy_step(i), "reward": r, "reward_std": s}
+                for i, (r, s) in enumerate(zip(rewards, spread, strict=True), start=1)]
+    assert "high_variance" not in kinds(learning)
+    level = [{**h, "reward": r} for h, r in zip(learning, [0.25, 0.58, 0.40, 1.01, 0.36, 0.28, 0.89] * 3, strict=False)]
+    (d,) = [d for d in HealthMonitor().diagnose(level) if d.kind == "high_variance"]
+    assert d.step == 9 and d.evidence["reward_noise"] > Thresholds().reward_noise  # above it at steps 7, 8 and 9
+
+
 def test_kl_explosion_without_kl_logged_reads_entropy():
     """At beta=0 no KL is logged: an entropy collapse whose reward does not rise is the policy running away; one
     whose reward climbs is a policy growing sure of what pays (every demo run at beta 0 was named before)."""
