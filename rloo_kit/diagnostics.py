@@ -193,7 +193,7 @@ def _noisy(history: list[dict], t: Thresholds, answer_reward: str | None) -> dic
     """The reward noisy (`reward_noise`) at each of the last `patience` steps, or the gradient norm spiking, in a run
     whose answer's reward has not risen (`_reward_rise`). A run that learns is noisy too: the demo's step means rest
     on 4 prompts, so which 4 come up moves them (0.40 -> 1.01 -> 0.36 at steps 3-5 of a --minutes 3 run whose
-    validation accuracy went 0.28 -> 0.78 by step 7); its noise costs it nothing that fewer completions or a lower
+    validation accuracy went 0.28 -> 0.78 by step 7); its noise costs it nothing that more completions or a lower
     learning rate would buy back (results/learning-rate.md: 2e-4 learned least)."""
     found: dict = {}
     noise = [_reward_noise(history[:len(history) - k], t) for k in range(t.patience)]
@@ -211,10 +211,13 @@ def _grad_spikes(history: list[dict], t: Thresholds) -> int:
     is no baseline (a converged demo run alternates 0 and 6-10, and every 6 read as a spike against them)."""
     steps = [(h["grad_norm"], h.get(SPREAD_KEY, h.get("frac_reward_zero_std"))) for h in history
              if h.get("grad_norm") is not None]
+    if len(steps) <= t.window:
+        return 0
     spikes = 0
-    for i in range(max(len(steps) - t.window, t.warmup_steps), len(steps) if len(steps) > t.window else 0):
+    for i in range(max(len(steps) - t.window, t.warmup_steps), len(steps)):
         baseline = [g for g, flat in steps[:i] if flat is None or flat < 1]
-        spikes += bool(baseline) and steps[i][0] > t.grad_spike * statistics.median(baseline)
+        if baseline and steps[i][0] > t.grad_spike * statistics.median(baseline):
+            spikes += 1
     return spikes
 
 
