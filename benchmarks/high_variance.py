@@ -58,16 +58,16 @@ def made_run(run_dir: Path) -> dict | None:
         return None
     m = json.loads((run_dir / "metrics.json").read_text())
     log = json.loads(states[-1].read_text())["log_history"]
-    answer = ANSWER if any(f"rewards/{ANSWER}/mean" in h for h in log) else None
-    return {**judged(run_dir.name, (m.get("config") or {}).get("seed"), log, answer),
+    return {**judged(run_dir.name, (m.get("config") or {}).get("seed"), log, ANSWER),
             "held_out": [m.get("accuracy_before"), m.get("accuracy_after")],
             "kept_step": (m.get("validation") or {}).get("kept_step")}
 
 
-def judged(name: str, seed: int | None, log: list[dict], answer: str | None) -> dict:
-    """What the monitor names over `log`, and the answer's reward at the start and the end."""
+def judged(name: str, seed: int | None, log: list[dict], answer: str) -> dict:
+    """What the monitor names over `log`, and the answer's reward at the start and the end (the total reward where
+    the answer's is not logged, as the monitor reads it then)."""
     steps = [h for h in log if "reward" in h]
-    key = f"rewards/{answer}/mean" if answer and any(f"rewards/{answer}/mean" in h for h in steps) else "reward"
+    key = f"rewards/{answer}/mean" if any(f"rewards/{answer}/mean" in h for h in steps) else "reward"
     rewards = [h[key] for h in steps]
     named = {d.kind: d.step for d in HealthMonitor(answer_reward=answer).diagnose(log)}
     return {"run": name, "seed": seed, "steps": len(steps), "high_variance_at": named.get("high_variance"),

@@ -33,7 +33,7 @@ class Thresholds:
     # reward spread (reward_std), so that it is free of the reward's scale; above reward_noise for `patience` steps,
     # or grad_spikes, where the answer's reward has not risen (`reward_rise`: a run that learns is not failing)
     reward_noise: float = 0.7
-    grad_spike: float = 5.0  # a grad_norm this many times the median of the earlier ones is a spike
+    grad_spike: float = 5.0  # a grad_norm this many times the median of the earlier steps' with spread is a spike
     grad_spikes: int = 2  # this many spikes within the window
     # kl_explosion: per-token KL (TRL's log-ratio estimate) above kl_max, or kl_growth times its
     # early level (floored at kl_floor); or, when no KL is logged (beta=0), entropy under
@@ -129,8 +129,9 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     if len(history) < t.warmup_steps:
         return found
     recent = history[-t.patience:]
+    rise = _reward_rise(history, t, answer_reward)  # a run learning: judged once, read by three signs
 
-    noisy = _noisy(history, t, answer_reward)
+    noisy = _noisy(history, t, rising=rise is not None)
     if noisy:
         found["high_variance"] = noisy
 
@@ -145,7 +146,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         if len(ent) > t.warmup_steps + t.patience:
             early = statistics.median(ent[:t.warmup_steps])
             if (all(e < t.entropy_drop * early for e in ent[-t.patience:])
-                    and not _reward_rise(history, t, answer_reward)):
+                    and not rise):
                 found["kl_explosion"] = {"entropy": round(ent[-1], 4), "early_entropy": round(early, 4),
                                          "kl": "not logged (beta=0)"}
 
@@ -156,7 +157,6 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
             evidence["answer_reward"] = round(recent[-1][f"rewards/{answer_reward}/mean"], 4)
         if recent[-1].get("entropy") is not None:
             evidence["entropy"] = round(recent[-1]["entropy"], 4)
-        rise = _reward_rise(history, t, answer_reward)
         if rise:
             found["converged"] = {**evidence, "rose": rise[2], "early": round(rise[0], 3), "now": round(rise[1], 3)}
         else:
@@ -189,10 +189,10 @@ def _reward_noise(history: list[dict], t: Thresholds) -> float | None:
     return statistics.median(abs(b - a) for a, b in zip(rewards, rewards[1:], strict=False)) / scale
 
 
-def _noisy(history: list[dict], t: Thresholds, answer_reward: str | None) -> dict | None:
+def _noisy(history: list[dict], t: Thresholds, rising: bool) -> dict | None:
     """The reward noisy (`reward_noise`) at each of the last `patience` steps, or the gradient norm spiking, in a run
-    whose answer's reward has not risen (`_reward_rise`). A run that learns is noisy too: the demo's step means rest
-    on 4 prompts, so which 4 come up moves them (0.40 -> 1.01 -> 0.36 at steps 3-5 of a --minutes 3 run whose
+    whose answer's reward has not risen (`rising`: `_reward_rise`). A run that learns is noisy too: the demo's step
+    means rest on 4 prompts, so which 4 come up moves them (0.40 -> 1.01 -> 0.36 at steps 3-5 of a --minutes 3 run whose
     validation accuracy went 0.28 -> 0.78 by step 7); its noise costs it nothing that more completions or a lower
     learning rate would buy back (results/learning-rate.md: 2e-4 learned least)."""
     found: dict = {}
@@ -202,7 +202,7 @@ def _noisy(history: list[dict], t: Thresholds, answer_reward: str | None) -> dic
     spikes = _grad_spikes(history, t)
     if spikes >= t.grad_spikes:
         found["grad_spikes"] = spikes
-    return found if found and not _reward_rise(history, t, answer_reward) else None
+    return found if found and not rising else None
 
 
 def _grad_spikes(history: list[dict], t: Thresholds) -> int:
