@@ -150,6 +150,7 @@ ANSWER_EXAMPLES = [
     ("Answer: cold", "cold", None, "final", "a text the reply marks as its answer"),
     ("Blue.", ["red", "blue", "yellow"], None, "final", "one of several accepted answers"),
     ("Crimson is a color.", "colour", ["animal", "colour"], "final", "British or American spelling, either one"),
+    ("It is forty two.", "forty-two", None, "final", "a hyphen between words is a space"),
     ("It is positive.", "positive", POSITIVE_NEGATIVE, "final", "a label set: one label named"),
     ("positive, not negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: two labels named"),
     ("95 is larger than 70.", "95", OFFERED, "final", "a choice between the prompt's numbers: the pick comes first"),

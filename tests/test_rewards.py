@@ -172,6 +172,13 @@ def test_british_and_american_spellings_of_an_answer_are_one_answer():
     assert not is_correct("It is grayish.", "grey") and not is_correct("It is four.", "for")  # whole known words only
 
 
+def test_a_hyphen_between_words_is_a_space():
+    assert is_correct("42 in words is forty two.", "forty-two") and is_correct("Forty-Two", "forty two", match="exact")
+    assert is_correct("It is well\u2011known.", "well known")  # a non-breaking hyphen too
+    assert not is_correct("It is fortytwo.", "forty-two")  # two words are not one
+    assert normalize_text("-3") == "-3" and normalize_text("3-4") == "3-4"  # only between letters
+
+
 def test_a_text_answer_named_only_where_the_reply_repeats_its_question_is_not_its_answer():
     """A plurals run scored 'The plural of moose is mooses.' right: the gold word was the question's own, and the
     reply named it only in repeating the question. With the prompt, that is no answer; a reply that also says it

@@ -65,10 +65,13 @@ _ARTICLES = re.compile(r"^(?:the|a|an)\s+")
 
 _EDGE_PUNCTUATION = " \t\n.,;:!?\"'`*()[]{}<>«»“”‘’"
 
+_WORD_HYPHEN = re.compile(r"(?<=[^\W\d_])[-\u2010\u2011](?=[^\W\d_])")  # a hyphen between two letters
+
+
 def normalize_text(text: str) -> str:
-    """Lower case, surrounding punctuation and quotes stripped, a leading article dropped, spaces collapsed:
-    'The Cold.' -> 'cold'."""
-    text = " ".join(str(text).lower().split()).strip(_EDGE_PUNCTUATION)
+    """Lower case, surrounding punctuation and quotes stripped, a leading article dropped, spaces collapsed, a hyphen
+    between two letters read as a space (a file's 'forty-two' is a reply's 'forty two'): 'The Cold.' -> 'cold'."""
+    text = " ".join(_WORD_HYPHEN.sub(" ", str(text).lower()).split()).strip(_EDGE_PUNCTUATION)
     return _ARTICLES.sub("", text).strip(_EDGE_PUNCTUATION)
 
 # British and American spellings of words an answer or a label often is, one meaning each: a model trained mostly
