@@ -5,6 +5,11 @@ at the CLI's defaults (the pre-flight fits the temperature where the samples are
 run is forced (--force), so that the gain stands beside the verdict whatever the verdict says.
 
     .venv/bin/python benchmarks/sampling_fit.py [--tasks word_sums demo] [--seeds 0 1 2] [--reuse] [--report-only]
+        [--colder 0.5]
+
+--colder T trains a third arm per seed at `--temperature T` (as asked), whatever the fit chose: does a colder
+temperature teach a task faster where the fit sees no reason to change it (as many prompts with spread)? Its table
+pairs it by seed with the defaults.
 
 Goals (issue "The run samples the way the model answers best"): no task that gains >= 0.15 when forced is
 refused; every hopeless task is refused; every learnable task file gains >= +0.25 in 30 steps at the defaults
@@ -72,12 +77,12 @@ def recorded(name: str, arm: str, seed: int, max_steps: int) -> dict | None:
 
 
 def run(name: str, arm: str, seed: int, max_steps: int, reuse: bool, train: bool = True) -> dict:
-    """One arm of one task and seed: "fitted" (the CLI's defaults) or "t1" (--temperature 1)."""
+    """One arm of one task and seed: "fitted" (the CLI's defaults) or "t<T>" (--temperature T, as "t1" or "t0.5")."""
     out = RUNS / f"{name}-{arm}-s{seed}"
     if reuse and not (out / "metrics.json").is_file() and (kept := recorded(name, arm, seed, max_steps)):
         return kept
     m, command = cli_train(out, [*CASES[name][1], "--max-steps", str(max_steps), "--seed", str(seed), "--force",
-                                 "--overwrite", *(["--temperature", "1"] if arm == "t1" else [])],
+                                 "--overwrite", *(["--temperature", arm[1:]] if arm != "fitted" else [])],
                            f"{name} {arm} seed {seed}", reuse, train)
     pre = m.get("preflight") or {}
     right = held_out_right(out / "evaluation_after.json"), held_out_right(out / "evaluation_before.json")
@@ -120,6 +125,20 @@ def row(name: str, runs: list[dict]) -> str:
             f"{_acc(first['sampled_before'])} -> {_acc(first['sampled_after'])} |")
 
 
+def colder_row(name: str, runs: list[dict], arm: str) -> str | None:
+    """One task's line of the --colder table: the forced colder arm beside the defaults, paired by seed."""
+    fitted = {r["seed"]: r for r in runs if r["arm"] == "fitted" and r["after"] is not None}
+    pairs = [(fitted[r["seed"]], r) for r in runs if r["arm"] == arm and r["after"] is not None
+             and r["seed"] in fitted]
+    if not pairs:
+        return None
+    fitted_temperatures = ", ".join(f"{f['temperature']:g}" for f, _ in pairs)
+    return (f"| {name} | {len(pairs)} | {fitted_temperatures} | "
+            f"{_mean([gain(f) for f, _ in pairs])} | {_mean([gain(c) for _, c in pairs])} | "
+            f"{_mean([c['after'] - f['after'] for f, c in pairs])} | "
+            f"{_mean([c['sampled_after'] - f['sampled_after'] for f, c in pairs])} |")
+
+
 def _acc(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -136,6 +155,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--max-steps", type=int, default=30)
+    ap.add_argument("--colder", type=float, default=None, metavar="T",
+                    help="also train each task and seed at --temperature T, as asked (an arm of its own)")
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
     ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling that "
                     "the same code and settings made (common.run_stamp), or recorded in the results; train the "
@@ -150,6 +171,9 @@ def main() -> None:
             runs.append(fitted)
             if fitted["temperature"] != 1.0:  # the fit changed the setup (or is unknown): train 1.0 beside it
                 runs.append(run(name, "t1", seed, args.max_steps, args.reuse or args.report_only, not args.report_only))
+            if args.colder is not None:
+                runs.append(run(name, f"t{args.colder:g}", seed, args.max_steps, args.reuse or args.report_only,
+                                not args.report_only))
     table = ["| task | kind | verdict at the defaults | fitted temperature | greedy right (pre-flight) | pre-flight s "
              "| seeds | gain at temperature 1 | gain at the defaults | after: defaults - temperature 1 | sampled "
              "accuracy before -> after (defaults, seed 0) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -158,6 +182,14 @@ def main() -> None:
     runs = list(merged.values())
     table += [row(name, [r for r in runs if r["task"] == name]) for name in CASES if any(r["task"] == name
                                                                                          for r in runs)]
+    colder_arms = sorted({r["arm"] for r in runs if r["arm"] not in ("fitted", "t1")})
+    for arm in colder_arms:
+        table += ["", f"Forced to temperature {arm[1:]} (`--colder {arm[1:]}`), beside the defaults, paired by seed:",
+                  "",
+                  "| task | seeds | temperature at the defaults | gain at the defaults | gain at "
+                  f"{arm[1:]} | after: {arm[1:]} - defaults | sampled accuracy after: {arm[1:]} - defaults |",
+                  "|---|---|---|---|---|---|---|"]
+        table += [line for name in CASES if (line := colder_row(name, [r for r in runs if r["task"] == name], arm))]
     result = {**stamp(), "runs": runs}
     write("sampling-fit", result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
 

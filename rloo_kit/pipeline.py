@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .budget import BEST_DIR
+from .budget import BEST_DIR, LAST_DIR
 from .diagnostics import NOT_FAILURES
 from .distributed import is_main_process
 from .errors import RunRefused
@@ -46,6 +46,8 @@ CARD = "README.md"  # the output folder's own account of the run, in place of th
 FILES = {ADAPTER_DIR: "the trained LoRA adapter (with its tokenizer); the base model is not copied",
          BEST_DIR: "a run given --minutes: the best validation step's adapter, kept as it trains "
                    "(best.json: which step)",
+         LAST_DIR: "... and, where that is not the last step, the last step's adapter, to measure beside it: "
+                   "`rloo-kit eval --adapter OUTPUT_DIR/last` (last.json: which step)",
          METRICS: "every figure above, and the settings that ran",
          PREFLIGHT: "the pre-flight: per prompt, what the samples scored, as asked and as trained",
          BEFORE: "each held-out prompt's answer before training", AFTER: "... and after",
@@ -104,8 +106,9 @@ class RunReport:
                f"{self.steps} steps in {self.minutes or 0:.1f} min"]
         if self.validation and self.validation["curve"]:
             curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']})" for p in self.validation["curve"])
+            kept, last = self.validation["kept_step"], self.validation["curve"][-1]["step"]
             out.append(f"  validation ({self.validation['rows']} training rows set apart): {curve}; the adapter is "
-                       f"step {self.validation['kept_step']}'s")
+                       f"step {kept}'s" + (f"; step {last}'s is in {LAST_DIR}/" if kept not in (None, last) else ""))
         if self.paired:
             out.append(f"  {PairedChange(**self.paired)}")
         if self.sampled_before and self.sampled_before.get("accuracy") is not None:

@@ -60,6 +60,9 @@ def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(
     assert kept.keys() == best_saved.keys() and all(torch.equal(kept[k], best_saved[k]) for k in kept)
     assert any(v.abs().sum() > 0 for k, v in kept.items() if "lora_B" in k)  # a trained step, not step 0
     assert json.loads((tmp_path / "best" / "best.json").read_text()) == best
+    last = load_file(tmp_path / "last" / "adapter_model.safetensors")  # the last step, kept beside it to measure
+    assert last.keys() == kept.keys() and any(not torch.equal(last[k], kept[k]) for k in kept)
+    assert json.loads((tmp_path / "last" / "last.json").read_text()) == curve[-1]
 
 
 def _first_right(n: int, rows: int) -> list[bool]:
