@@ -144,9 +144,8 @@ class TimeBudget(TrainerCallback):
         if is_main_process():
             shutil.rmtree(self.out / LAST_DIR, ignore_errors=True)  # an earlier attempt's, which this run replaces
             if kept_earlier:
-                last = next((p for p in self.curve if p["step"] == state.global_step), {"step": state.global_step})
-                model.save_pretrained(str(self.out / LAST_DIR))
-                (self.out / LAST_DIR / "last.json").write_text(json.dumps(last))
+                self._save(model, LAST_DIR, next((p for p in self.curve if p["step"] == state.global_step),
+                                                 {"step": state.global_step}))
         if kept_earlier:
             self._restore(model)
         return control
@@ -195,8 +194,12 @@ class TimeBudget(TrainerCallback):
 
         self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
         if is_main_process():
-            model.save_pretrained(str(self.out / BEST_DIR))
-            (self.out / BEST_DIR / "best.json").write_text(json.dumps(self.best))
+            self._save(model, BEST_DIR, self.best)
+
+    def _save(self, model, folder: str, point: dict) -> None:
+        """The model's adapter in output_dir/`folder`, with `folder`.json saying which step it is."""
+        model.save_pretrained(str(self.out / folder))
+        (self.out / folder / f"{folder}.json").write_text(json.dumps(point))
 
     def _restore(self, model) -> None:
         from peft import load_peft_weights, set_peft_model_state_dict
