@@ -810,8 +810,9 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
     g, temp, length, asked = report.num_generations, setup.temperature, setup.max_completion_length, report.asked
     elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
                  and asked.pass_rate is not None else "")
+    colder = "colder" if temp >= asked.temperature else f"colder than {temp:g}"  # the kit may train colder already
     greedy = ("" if report.greedy_pass_rate is None else
-              f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so colder sampling "
+              f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so sampling {colder} "
               "would not help")
     if setup.pass_rate is None:
         why = f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}"

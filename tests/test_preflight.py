@@ -263,6 +263,12 @@ def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_mo
     hopeless = report(greedy_pass_rate=0.03, **NOISY)
     assert hopeless.kinds() == ["reward_collapse"] and "greedy answers right on 3%" in hopeless.problems[0].message
     assert "temperature" not in hopeless.problems[0].fix  # neither colder nor warmer cures a task beyond the model
+    assert "so sampling colder would not help" in hopeless.problems[0].message
+    # yes/no questions: greedy 19%, samples 5% at 1 and 11% at 0.5, which the kit trains at: not "colder" bare
+    trained = dict(NOISY, temperature=0.5, flat_fraction=0.69, pass_rate=0.11)
+    cold = report(greedy_pass_rate=0.19, proposed=trained, applies=True, **NOISY)
+    assert [p.kind for p in cold.problems] == ["reward_collapse"]
+    assert "so sampling colder than 0.5 would not help" in cold.problems[0].message
     alike = report(greedy_pass_rate=0.03, alike_fraction=0.8, **NOISY)
     assert "temperature 1 -> 1.3 (the 4 samples of 80% of these prompts are one answer)" in alike.problems[0].fix
 
