@@ -30,7 +30,8 @@ def stamp() -> dict:
     hw = rloo_kit.detect_hardware()
     versions = package_versions()
     script = Path(sys.argv[0]).resolve().relative_to(REPO)
-    return {"command": " ".join([".venv/bin/python", str(script), *sys.argv[1:]]),
+    argv, note = _split_note(sys.argv[1:])
+    return {"command": " ".join([".venv/bin/python", str(script), *argv]), **({"note": note} if note else {}),
             "device": f"{hw.device} ({hw.name})", "cpu_count": hw.cpu_count,
             "torch_threads": torch.get_num_threads(), "load_average_at_start": round(LOAD_AT_START, 2),
             "memory_gb": round(hw.total_memory_gb, 1), "python": platform.python_version(), "versions": versions}
@@ -72,6 +73,38 @@ def load_note(result: dict) -> str:
     busy = load > 0.5 * cores
     return (f"Load average {load} on {cores} cores at the start: "
             + ("other processes shared the cores, so compare ratios, not seconds." if busy else "a quiet machine."))
+
+
+def _split_note(argv: list[str]) -> tuple[list[str], str]:
+    """The arguments less `--note TEXT`, and TEXT: the note is a paragraph of the page, not its command line."""
+    out, note, take = [], "", False
+    for arg in argv:
+        if take:
+            note, take = arg, False
+        elif arg.startswith("--note="):
+            note = arg.split("=", 1)[1]
+        elif arg == "--note":
+            take = True
+        else:
+            out.append(arg)
+    return out, note
+
+
+def accumulated_notes(name: str, result: dict, note: str) -> str:
+    """The notes of results page `name`: each earlier invocation's `--note`, kept from its JSON, then this one's.
+
+    A page that gathers runs from several invocations (a seed added later, a task measured again) needs the
+    conditions of each; a note that replaced the page's earlier one would lose them. Stored as result["notes"];
+    a page written before notes were kept has its note inside the recorded command, and it is taken from there.
+    """
+    earlier: list[str] = []
+    page = RESULTS / f"{name}.json"
+    if page.is_file():
+        old = json.loads(page.read_text())
+        command = old.get("command", "")
+        earlier = old.get("notes") or ([command.split(" --note ", 1)[1].strip()] if " --note " in command else [])
+    result["notes"] = earlier + ([note] if note and note not in earlier else [])
+    return "\n\n".join(result["notes"])
 
 
 def write(name: str, result: dict, table: list[str], notes: str = "") -> None:

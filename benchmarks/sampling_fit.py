@@ -15,8 +15,8 @@ Goals (issue "The run samples the way the model answers best"): no task that gai
 refused; every hopeless task is refused; every learnable task file gains >= +0.25 in 30 steps at the defaults
 (or >= 80% of its headroom above a base of 0.7); the demo gains >= +0.40. Adopt the fit only if it wins.
 Writes benchmarks/results/sampling-fit.{json,md}; runs live in runs/bench-sampling/. The results accumulate: an
-invocation replaces the records of the runs it measured and keeps the others (each with its own command), so the
-page's header line and note are the last invocation's.
+invocation replaces the records of the runs it measured and keeps the others (each with its own command); the
+page's header line is the last invocation's, and its notes are every invocation's `--note`, in order.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import REPO, cli_train, load_note, stamp, write
+from common import REPO, accumulated_notes, cli_train, load_note, stamp, write
 
 TASKS = Path(__file__).parent / "tasks"
 RUNS = REPO / "runs" / "bench-sampling"
@@ -191,7 +191,8 @@ def main() -> None:
                   "|---|---|---|---|---|---|---|"]
         table += [line for name in CASES if (line := colder_row(name, [r for r in runs if r["task"] == name], arm))]
     result = {**stamp(), "runs": runs}
-    write("sampling-fit", result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
+    notes = accumulated_notes("sampling-fit", result, args.note)
+    write("sampling-fit", result, table, load_note(result) + ("\n\n" + notes if notes else ""))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ class TimeBudget(TrainerCallback):
     attempt spent), measuring `validate(model) -> [right or not, per validation row]` (None without answers) at
     step 0, every budget/MEASUREMENTS (further apart where measuring would take more than VALIDATION_SHARE of the
     time), and at the stop. The last step is the one that ends nearest the budget, its measurement included: the
-    run stops early rather than start a step that would overrun by more. Each step that beats the kept one
+    run stops early rather than start a step that would overrun by more; a run another callback stops (the health
+    monitor, on memorisation) has its last step measured at the end all the same. Each step that beats the kept one
     (`beats`) is saved to output_dir/best; at the end the model holds it again, so that the adapter `train`
     writes, and the accuracy measured after, are the kept step's.
 
@@ -140,6 +141,8 @@ class TimeBudget(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
+        if model is not None and self.curve and self.curve[-1]["step"] != state.global_step:
+            self._measure(state.global_step, model)  # stopped by another callback (the health monitor), not the clock
         kept_earlier = self.best is not None and self.best["step"] != state.global_step and model is not None
         if is_main_process():
             shutil.rmtree(self.out / LAST_DIR, ignore_errors=True)  # an earlier attempt's, which this run replaces

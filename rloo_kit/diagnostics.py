@@ -171,7 +171,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     hacking = _reward_hacking(history, t)
     if hacking:
         found["reward_hacking"] = hacking
-    memorising = _memorisation(history, t)
+    memorising = _memorisation(history, t, answer_reward)
     if memorising:
         found["memorisation"] = memorising
     found.update(_tool_signs(history, t))
@@ -243,16 +243,23 @@ def _reward_rise(history: list[dict], t: Thresholds,
     spread over a step's completions: a policy converging on what pays, not one running away or emptying its replies
     for a side reward. None where it did not, and where the spread is not logged, as a rise cannot then be told from
     noise."""
-    key = f"rewards/{answer_reward}"
-    logged = answer_reward is not None and any(f"{key}/mean" in h for h in history)
-    mean, std = (f"{key}/mean", f"{key}/std") if logged else ("reward", "reward_std")
+    mean, std, name = _answer_keys(history, answer_reward)
     steps = [(h[mean], h[std]) for h in history if h.get(mean) is not None and h.get(std) is not None]
     if len(steps) < t.warmup_steps + t.patience:
         return None
     early = statistics.median(r for r, _ in steps[:t.warmup_steps])
     now = statistics.fmean(r for r, _ in steps[-t.patience:])
     noise = max(statistics.median(s for _, s in steps[:t.warmup_steps]), 1e-3)  # a run flat from the start: not 0
-    return (early, now, "answer's reward" if logged else "reward") if now > early + t.reward_rise * noise else None
+    return (early, now, name) if now > early + t.reward_rise * noise else None
+
+
+def _answer_keys(history: list[dict], answer_reward: str | None) -> tuple[str, str, str]:
+    """The log keys of the answer's reward (mean, spread) and what to call it, where TRL logs it per function; else
+    the total reward's. A side reward (brevity, format) can rise on its own while the answers do not."""
+    key = f"rewards/{answer_reward}"
+    if answer_reward is not None and any(f"{key}/mean" in h for h in history):
+        return f"{key}/mean", f"{key}/std", "answer's reward"
+    return "reward", "reward_std", "reward"
 
 
 def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
@@ -268,19 +275,24 @@ def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
     return found
 
 
-def _memorisation(history: list[dict], t: Thresholds) -> dict | None:
-    """The training reward climbing while greedy accuracy on validation rows (training rows set apart) is, over its
-    latest measurements, where it started: the policy is learning its training prompts, not the rule that answers
-    them (a run that learned the rule earlier keeps that step's adapter: a budget keeps the best validation step)."""
+def _memorisation(history: list[dict], t: Thresholds, answer_reward: str | None = None) -> dict | None:
+    """The answer's training reward climbing while greedy accuracy on validation rows (training rows set apart) is,
+    over its latest measurements, where it started: the policy is learning its training prompts, not the rule that
+    answers them (a run that learned the rule earlier keeps that step's adapter: a budget keeps the best validation
+    step). The answer's reward, not the total: a held-back multiple-choice file's total rose 0.15 -> 0.38 in 16
+    steps as the brevity reward shortened the replies, while the answer's reward moved 0.10 -> 0.26, within noise,
+    and a total-reward rule stopped the run at 4 of its 8 minutes."""
     validation = _series(history, "validation/accuracy")
-    rewards = _series(history, "reward")
+    mean, _, name = _answer_keys(history, answer_reward)
+    rewards = _series(history, mean)
     if len(validation) < t.memo_points + 1 or len(rewards) < 2 * t.window:
         return None
     early, now = statistics.fmean(rewards[:t.window]), statistics.fmean(rewards[-t.window:])
     latest = validation[-t.memo_points:]
     if now - early < t.memo_reward_rise or max(latest) > validation[0] + t.memo_validation_gain:
         return None
-    return {"reward_early": round(early, 3), "reward_now": round(now, 3), "validation_start": validation[0],
+    return {"scored_by": name, "reward_early": round(early, 3), "reward_now": round(now, 3),
+            "validation_start": validation[0],
             "validation_latest": [round(v, 3) for v in latest],
             "validation_best_since": max(validation[1:]), "measurements": len(validation)}
 
@@ -363,7 +375,9 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "look at a few calls (the live view's latest completions); make the call syntax in the prompt's "
                 "example match the tool's arguments exactly, and let the tool accept the forms the model writes.")
     if kind == "memorisation":
-        return (f"The training reward rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy accuracy on "
+        of_answers = " of the answers" if ev.get("scored_by") == "answer's reward" else ""
+        return (f"The training reward{of_answers} rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy "
+                "accuracy on "
                 f"training rows set apart is no better than at the start ({ev['validation_start']:g}) over the latest "
                 f"{len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} over the "
                 f"{ev['measurements'] - 1} since the start): the policy is learning its training prompts, not the "

@@ -106,7 +106,7 @@ class RunReport:
                f"{self.steps} steps in {self.minutes or 0:.1f} min"]
         if self.validation and self.validation["curve"]:
             curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']})" for p in self.validation["curve"])
-            kept, last = self.validation["kept_step"], self.validation["curve"][-1]["step"]
+            kept, last = self.validation["kept_step"], self.steps or self.validation["curve"][-1]["step"]
             out.append(f"  validation ({self.validation['rows']} training rows set apart): {curve}; the adapter is "
                        f"step {kept}'s" + (f"; step {last}'s is in {LAST_DIR}/" if kept not in (None, last) else ""))
         if self.paired:

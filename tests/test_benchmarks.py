@@ -113,3 +113,24 @@ def test_a_benchmark_reuses_a_finished_run_only_where_the_same_code_and_settings
                                                     "rloo_kit": "another tree"}))
     assert common.cli_train(out, ["--task", "arithmetic"], "other code", reuse=True)[0]["accuracy_after"] == 2.5
     assert common.cli_train(out, ["--task", "arithmetic"], "no reuse", reuse=False)[0]["accuracy_after"] == 3.5
+
+
+def test_a_results_page_that_gathers_runs_keeps_every_invocations_note(monkeypatch, tmp_path):
+    """sampling-fit gathers seeds from several invocations; a `--note` that replaced the page's earlier one lost the
+    conditions of the runs still on it. Notes now accumulate, and the command line no longer carries them."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common.sys, "argv", [str(REPO / "benchmarks" / "sampling_fit.py"), "--seeds", "3",
+                                             "--note", "Seeds 3-4 on an Intel Xeon."])
+    assert common._split_note(["--seeds", "3", "--note", "N"]) == (["--seeds", "3"], "N")
+    (tmp_path / "page.json").write_text(json.dumps(  # a page written before notes were kept: its note in the command
+        {"command": ".venv/bin/python benchmarks/sampling_fit.py --seeds 0 --note Seed 0 on an AMD EPYC."}))
+    result = {"command": common.stamp()["command"]}
+    assert "--note" not in result["command"] and result["command"].endswith("sampling_fit.py --seeds 3")
+    notes = common.accumulated_notes("page", result, "Seeds 3-4 on an Intel Xeon.")
+    assert result["notes"] == ["Seed 0 on an AMD EPYC.", "Seeds 3-4 on an Intel Xeon."]
+    assert notes == "Seed 0 on an AMD EPYC.\n\nSeeds 3-4 on an Intel Xeon."
+    (tmp_path / "page.json").write_text(json.dumps(result))
+    assert common.accumulated_notes("page", {}, "Seeds 3-4 on an Intel Xeon.") == notes  # a re-report adds nothing

@@ -89,6 +89,27 @@ def test_a_step_replaces_the_kept_one_only_with_a_lead_chance_rarely_gives(tmp_p
     assert budget.beats(_first_right(9, 10))[0] and not budget.beats(_first_right(8, 10))[0]
 
 
+@pytest.mark.parametrize("last_rows, kept_step", [(_first_right(9, 10), 7), (_first_right(5, 10), 0)])
+def test_a_run_the_health_monitor_stops_has_its_last_step_measured(tmp_path, monkeypatch, last_rows, kept_step):
+    """The monitor stopped a held-back multiple-choice run at step 22 on memorisation, between two measurements:
+    the last step was never measured, so the keep rule could not take it, and the report named the last measured
+    step (15) as the one in last/. The last step is now measured at the end, whoever stopped the run."""
+    measured = iter([_first_right(5, 10), last_rows])
+    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
+    saved = []
+    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(("best", budget.best["step"])))
+    monkeypatch.setattr(budget, "_save", lambda model, folder, point: saved.append((folder, point["step"])))
+    monkeypatch.setattr(budget, "_restore", lambda model: saved.append(("restored", budget.best["step"])))
+    budget._measure(0, model=None)
+
+    class State:
+        global_step = 7
+
+    budget.on_train_end(None, State(), None, model=object())
+    assert [p["step"] for p in budget.curve] == [0, 7] and budget.best["step"] == kept_step
+    assert saved == ([("best", 0), ("best", 7)] if kept_step else [("best", 0), ("last", 7), ("restored", 0)])
+
+
 @pytest.mark.parametrize("step_seconds, validation_seconds, measured, warm_up",
                          [(50, 20, [0, 1, 2], 0), (13.5, 8, [0, 3, 6, 9, 10], 0), (40, 0, [0, 1, 2, 3, 4], 0),
                           (10, 5, [0, 1, 2], 140)])

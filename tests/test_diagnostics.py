@@ -335,3 +335,17 @@ def test_validation_that_rises_with_the_reward_is_learning_not_memorisation():
     flat_reward = history(start=1, reward=lambda i: 0.3, **{"validation/accuracy": lambda i: 0.4 if i % 5 == 1
                                                              else None})
     assert "memorisation" not in kinds(flat_reward)
+
+
+def test_a_side_reward_that_climbs_alone_is_not_memorisation():
+    """A held-back multiple-choice file: the total reward rose 0.15 -> 0.38 as the brevity reward shortened the
+    replies while the answer's reward stayed within noise, and the run was stopped as memorising at 4 of its 8
+    minutes. Memorisation is judged on the answer's reward where it is logged."""
+    validation = {"validation/accuracy": lambda i: 0.38 if i % 5 == 1 else None}
+    answers_flat = history(start=1, **validation, **{"rewards/correct_answer/mean": lambda i: 0.15 + 0.03 * (i % 3)})
+    assert "memorisation" in kinds(answers_flat)  # judged on the total, as before: it climbs
+    assert "memorisation" not in kinds(answers_flat, answer_reward="correct_answer")
+    answers_climb = history(start=1, **validation, **{"rewards/correct_answer/mean": lambda i: 0.1 + 0.02 * i})
+    (d,) = [d for d in HealthMonitor(answer_reward="correct_answer").diagnose(answers_climb)
+            if d.kind == "memorisation"]
+    assert d.evidence["scored_by"] == "answer's reward" and d.message.startswith("The training reward of the answers")

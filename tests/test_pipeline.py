@@ -58,3 +58,12 @@ def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
     assert trained.refusal() is None and trained.lines()[0].startswith("held-out accuracy: before 0.17")
     habit = RunReport(**common, trained=True, one_answer={"answer": "colour", "replies": 13, "given": 12, "right": 6})
     assert "12 of 13 held-out replies answer 'colour', the right answer for 6 of the 13 prompts" in habit.lines()[-1]
+
+
+def test_the_report_names_the_runs_last_step_as_the_one_in_last():
+    """A run stopped between measurements (an older run's curve ends at step 15, the run at 22): last/ holds step
+    22's adapter, and the report says so."""
+    curve = [{"step": 0, "minutes": 0.1, "accuracy": 0.38}, {"step": 15, "minutes": 4.6, "accuracy": 0.38}]
+    report = RunReport(model="m", task="file", preset="cpu", device="cpu", trained=True, steps=22,
+                       validation={"rows": 13, "curve": curve, "kept_step": 0})
+    assert "the adapter is step 0's; step 22's is in last/" in report.lines()[1]
