@@ -10,7 +10,9 @@ files would be, of each kind a user brings (benchmarks/preflight_verdicts.py say
   model never writes;
 - added for the sampling fit (the model answers them in a sentence greedily, noisily when sampled): small
   word sums with other column names (question, result), and a label CSV (text, label) of words that name an
-  animal or a colour.
+  animal or a colour;
+- added when a held-back file of its kind was refused and learned when forced: rounding a number to the nearest
+  ten (columns ask, result; greedy answers almost never right, a few samples are).
 
 parity.csv and units.csv are not written here: they were held-back files (docs/benchmarks.md), kept as they were
 measured.
@@ -105,6 +107,8 @@ def main() -> None:
     rng.shuffle(words)
     write_csv("animal_or_colour", ["text", "label"], [(f"Is '{w}' an animal or a colour?", label)
                                                       for w, label in words])
+    tens = rng.sample([n for n in range(11, 100) if n % 10 != 5], 80)  # no ties: 35 rounds either way by habit
+    write("rounding", [{"ask": f"Round {n} to the nearest ten.", "result": round(n, -1)} for n in tens])
 
 
 def write_csv(name: str, header: list[str], rows: list[tuple]) -> None:

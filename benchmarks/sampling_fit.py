@@ -48,6 +48,9 @@ CASES = {
     "units": ("learns; unit conversions, numeric answers in a CSV", ["--task", "file", "--path",
                                                                      str(TASKS / "units.csv"), "--prompt-column",
                                                                      "question", "--answer-column", "amount"]),
+    "rounding": ("learns; rounding to tens, few right answers before training (columns ask/result)",
+                 ["--task", "file", "--path", str(TASKS / "rounding.jsonl"), "--prompt-column", "ask",
+                  "--answer-column", "result"]),
     "demo": ("the demo: arithmetic, 16 tokens", ["--task", "arithmetic"]),
     "reverse_letters": ("hopeless", ["--task", "file", "--path", str(TASKS / "reverse_letters.jsonl")]),
 }

@@ -59,7 +59,11 @@ if TYPE_CHECKING:
 PROBE_FACTOR = 4  # sample up to this many times the completion length, to see what an uncut answer needs
 PROBE_CAP = 128  # ... but no further than this many tokens at first (the length proposals stay within it)
 SPREAD_EPS = 1e-8  # TRL's torch.isclose(std, 0) tolerance
-COLLAPSE_SHARE = 0.85  # prompts without spread above this share: nothing to learn from (blocking)
+COLLAPSE_SHARE = 0.85  # prompts without spread above this share: nothing to learn from (blocking) ...
+# ... where the probe saw fewer right answers than this (samples and greedy answers): the hopeless tasks of the
+# verdict benchmark saw none (reverse_letters, prime_products: 0 of 128 samples, 0 greedy); a held-back rounding
+# file saw 3 at 94% of prompts flat (2 samples, 1 greedy answer) and gained +0.44 held out when forced
+MIN_RIGHT_SEEN = 2
 WEAK_SHARE = 0.6  # ... above this share: little to learn from (a warning)
 # most prompts flat: where a task leaves its temperature open, the greedy answers are asked whether the samples are
 # noise. number_words on the fp32 path: 56-59% flat at temperature 1, 13% of samples right, 65% of greedy answers
@@ -769,7 +773,9 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
                 f"before the answer ({setup.truncation_rate:.0%} of all completions are).",
                 _length_fix(report, setup.max_completion_length, names), blocking=blocking))
         else:
-            problems.append(_sampling_noise(report, setup, flat) or _collapse(report, setup, flat, names, blocking))
+            beyond = setup.pass_rate is None or setup.unpaid or _right_seen(report, setup) < MIN_RIGHT_SEEN
+            problems.append(_sampling_noise(report, setup, flat)
+                            or _collapse(report, setup, flat, names, blocking and beyond))
     if setup.truncation_rate >= TRUNCATION_SHARE and "truncation" not in [p.kind for p in problems]:
         length = setup.max_completion_length
         problems.append(Problem(
@@ -803,6 +809,16 @@ def _solved(report: PreflightReport, setup: Setup) -> Problem:
         + ("almost nothing" if setup.flat_fraction >= COLLAPSE_SHARE else "little")
         + " left for RLOO to teach on these prompts.", "; ".join(fixes) + ", or evaluate instead of training.",
         blocking=setup.pass_rate >= SOLVED_PASS_RATE or setup.flat_fraction >= COLLAPSE_SHARE)
+
+
+def _right_seen(report: PreflightReport, setup: Setup) -> int:
+    """Right answers the probe saw for `setup`: its samples judged correct, and the greedy answers that were right.
+    RLOO reinforces only answers it samples, and a few right ones are a start (a side reward that shortens the
+    replies can make them common); none at all is a task beyond the model."""
+    sampled = round((setup.pass_rate or 0.0) * len(setup.prompts) * report.num_generations)
+    greedy = (0 if report.greedy_pass_rate is None or report.held_against is None
+              else round(report.greedy_pass_rate * len(report.held_against.prompts)))
+    return sampled + greedy
 
 
 def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str], blocking: bool) -> Problem:
@@ -839,7 +855,9 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
         fixes += ["try a bigger model", more]
     return Problem(
         "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
-        + ("learn nothing from them." if blocking else "learn slowly, from the few that differ."),
+        + ("learn nothing from them." if blocking else "learn slowly, from the few that differ"
+           + (f" (the probe saw {_right_seen(report, setup)} right answers: few, but a start)."
+              if setup.flat_fraction >= COLLAPSE_SHARE else ".")),
         "; ".join(fixes) + ".", blocking=blocking)
 
 

@@ -1,6 +1,7 @@
 """The pre-flight: its arithmetic on made-up numbers, its structure on the tiny model, and its verdicts on
 the real default model, where they must predict what training would do."""
 
+import dataclasses
 import importlib
 import math
 
@@ -271,6 +272,24 @@ def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_mo
     assert "so sampling colder than 0.5 would not help" in cold.problems[0].message
     alike = report(greedy_pass_rate=0.03, alike_fraction=0.8, **NOISY)
     assert "temperature 1 -> 1.3 (the 4 samples of 80% of these prompts are one answer)" in alike.problems[0].fix
+
+
+def test_a_flat_task_with_a_few_right_answers_trains_with_a_warning_and_one_with_none_is_refused():
+    """A held-back rounding file (*Round 68 to the nearest ten.*): 94% of 32 prompts flat, 2 of 128 samples right
+    and 1 greedy answer; refused, it gained +0.44 held out when forced (the brevity reward shortened the replies to
+    a number and the right ones became common). The hopeless tasks of the verdict benchmark saw no right answer."""
+    prompts = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.0, 0.0) for i in range(30)] + [
+        PromptStats(30 + i, f"q{30 + i}", 0.25, 0.4, 0.25, 0.0) for i in range(2)]
+    rounding = dict(flat_fraction=0.94, zero_spread_fraction=0.94, pass_rate=2 / 128, prompts=prompts)
+    few = report(greedy_pass_rate=1 / 32, **rounding)
+    few.held_against = few.asked
+    few.asked.problems = diagnose(few, few.asked)
+    assert few.kinds() == ["reward_collapse"] and few.ok and not few.problems[0].blocking
+    assert "learn slowly, from the few that differ (the probe saw 3 right answers: few, but a start)" in str(few)
+    none = report(**dict(rounding, pass_rate=0.0, prompts=[dataclasses.replace(p, pass_rate=0.0) for p in prompts]))
+    assert none.kinds() == ["reward_collapse"] and not none.ok and "learn nothing from them" in str(none)
+    one = report(**dict(rounding, pass_rate=1 / 128))  # a single right sample could be the scorer's fluke
+    assert not one.ok
 
 
 def test_the_fitted_temperature_is_reported_beside_the_asked_one_and_trained():
