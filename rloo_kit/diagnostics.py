@@ -377,11 +377,10 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
     if kind == "memorisation":
         of_answers = " of the answers" if ev.get("scored_by") == "answer's reward" else ""
         return (f"The training reward{of_answers} rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy "
-                "accuracy on "
-                f"training rows set apart is no better than at the start ({ev['validation_start']:g}) over the latest "
-                f"{len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} over the "
-                f"{ev['measurements'] - 1} since the start): the policy is learning its training prompts, not the "
-                "rule that answers them.",
+                f"accuracy on training rows set apart is no better than at the start ({ev['validation_start']:g}) "
+                f"over the latest {len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} "
+                f"over the {ev['measurements'] - 1} since the start): the policy is learning its training prompts, "
+                "not the rule that answers them.",
                 f"keep the best validation step's adapter (a run given --minutes does, and stops here); give more "
                 f"and more varied training rows; halve learning_rate {lr:g} -> {lr / 2:g} or raise beta so that the "
                 "policy stays nearer the base model.")

@@ -286,6 +286,7 @@ def test_a_flat_task_with_a_few_right_answers_trains_with_a_warning_and_one_with
     few.asked.problems = diagnose(few, few.asked)
     assert few.kinds() == ["reward_collapse"] and few.ok and not few.problems[0].blocking
     assert "learn slowly, from the few that differ (the probe saw 3 right answers: few, but a start)" in str(few)
+    assert "more steps than usual" in few.problems[0].fix and "--minutes keeps the best" in few.problems[0].fix
     none = report(**dict(rounding, pass_rate=0.0, prompts=[dataclasses.replace(p, pass_rate=0.0) for p in prompts]))
     assert none.kinds() == ["reward_collapse"] and not none.ok and "learn nothing from them" in str(none)
     one = report(**dict(rounding, pass_rate=1 / 128))  # a single right sample could be the scorer's fluke
