@@ -855,8 +855,8 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
         fixes += ["try a bigger model", more]
         if not blocking and setup.flat_fraction >= COLLAPSE_SHARE:  # trained on rare right answers: a late start
             fixes.append("or give it more steps than usual: where right answers are this rare, learning starts late "
-                         "(a rounding file: nothing in 30 steps on two seeds of three, 0.00 -> 0.94 in 8 minutes), "
-                         "and --minutes keeps the best validation step")
+                         "if at all (a rounding file: nothing in 30 steps on two seeds of three, 0.00 -> 0.94 in 8 "
+                         "minutes), and --minutes keeps the best validation step")
     return Problem(
         "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
         + ("learn nothing from them." if blocking else "learn slowly, from the few that differ"
