@@ -824,6 +824,7 @@ def _right_seen(report: PreflightReport, setup: Setup) -> int:
 def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str], blocking: bool) -> Problem:
     """Many prompts without spread because their answers are wrong at every length, not cut and not noise."""
     g, temp, length, asked = report.num_generations, setup.temperature, setup.max_completion_length, report.asked
+    late_start = not blocking and setup.flat_fraction >= COLLAPSE_SHARE  # trained on the few right answers it saw
     elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
                  and asked.pass_rate is not None else "")
     colder = "colder" if temp >= asked.temperature else f"colder than {temp:g}"  # the kit may train colder already
@@ -853,16 +854,15 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
             more += (f" and temperature {temp:g} -> {min(temp + 0.3, 1.5):g} (the {g} samples of "
                      f"{setup.alike_fraction:.0%} of these prompts are one answer)")
         fixes += ["try a bigger model", more]
-        if not blocking and setup.flat_fraction >= COLLAPSE_SHARE:  # trained on rare right answers: a late start
+        if late_start:
             fixes.append("or give it more steps than usual: where right answers are this rare, learning starts late "
                          "if at all (a rounding file: nothing in 30 steps on two seeds of three, 0.00 -> 0.94 in 8 "
                          "minutes), and --minutes keeps the best validation step")
-    return Problem(
-        "reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
-        + ("learn nothing from them." if blocking else "learn slowly, from the few that differ"
-           + (f" (the probe saw {_right_seen(report, setup)} right answers: few, but a start)."
-              if setup.flat_fraction >= COLLAPSE_SHARE else ".")),
-        "; ".join(fixes) + ".", blocking=blocking)
+    outcome = ("learn nothing from them." if blocking else "learn slowly, from the few that differ"
+               + (f" (the probe saw {_right_seen(report, setup)} right answers: few, but a start)." if late_start
+                  else "."))
+    return Problem("reward_collapse", f"{flat} ({why}): their leave-one-out advantage is zero, so training would "
+                   + outcome, "; ".join(fixes) + ".", blocking=blocking)
 
 
 def _tool_unused(report: PreflightReport, setup: Setup) -> Problem:
