@@ -4,11 +4,15 @@ the validation rows right and the adapter's weights; after the run, each measure
 held-out test split. The keep rules are then replayed over the same measurements, so the rules differ in what they
 choose and in nothing else (the training does not depend on which step is kept):
 
-- kept:  the kit's (`budget.replaces`): a step replaces the kept one where it is right on more of the validation
-         rows the two answer differently, by a lead chance gives at most KEEP_P of the time;
-- base:  a step replaces the kept one where it beats step 0 by that test and is right on as many validation rows
-         as the kept one or more: a step kept on a modest lead no longer bars the steps after it;
-- last:  the final step, whatever its validation says; oracle: the best held-out step (not a rule: a ceiling).
+- kept:   the kit's (`budget.replaces`): a step replaces the kept one where it is right on more of the validation
+          rows it and step 0 answer differently, by a lead chance gives at most KEEP_P of the time, and right on
+          more rows than the kept one;
+- sticky: the kit's until it held each step to the kept one instead of step 0: a kept step bars a later one
+          unless that one leads it by the same test;
+- loose:  sticky with a looser bar, LOOSE_P: a 2-0 lead on the rows two steps answer differently is enough;
+- base:   a step replaces the kept one where it beats step 0 by the test and is right on as many validation rows
+          as the kept one or more: the later of two equally right is kept;
+- last:   the final step, whatever its validation says; oracle: the best held-out step (not a rule: a ceiling).
 
     .venv/bin/python benchmarks/keep_rule.py [--tasks demo] [--seeds 0 1 2 3 4] [--minutes 3] [--reuse]
 
@@ -27,11 +31,13 @@ import time
 from common import REPO, bootstrap, load_note, stamp, write
 from sampling_fit import CASES
 
-from rloo_kit.budget import replaces
+from rloo_kit.budget import KEEP_P, replaces
 
 RUNS = REPO / "runs" / "bench-keep"
 STEPS_FILE = "measured_steps.json"  # per measured step: validation rows right, held-out prompts right
-RULES = ("kept", "base", "last", "oracle")
+RULES = ("kept", "sticky", "loose", "base", "last", "oracle")
+RIVALS = ("sticky", "loose", "base")  # the rules each compared with the kit's, paired by seed
+LOOSE_P = 0.3  # one-sided sign test: 2 of 2 changed rows gives 0.25, which KEEP_P (0.2) refuses
 
 
 def child(argv: list[str]) -> None:
@@ -100,10 +106,15 @@ def choose(steps: list[dict], rule: str) -> dict:
         return steps[-1]
     if rule == "oracle":
         return max(reversed(steps), key=lambda s: sum(s["held_out"]))
-    kept = steps[0]
+    kept, first = steps[0], steps[0]["rows"]
     for s in steps[1:]:
-        if (replaces(s["rows"], kept["rows"])[0] if rule == "kept" else
-                replaces(s["rows"], steps[0]["rows"])[0] and sum(s["rows"]) >= sum(kept["rows"])):
+        if rule == "kept":
+            better = replaces(s["rows"], kept["rows"], first)[0]
+        elif rule == "base":
+            better = replaces(s["rows"], first, first)[0] and sum(s["rows"]) >= sum(kept["rows"])
+        else:
+            better = replaces(s["rows"], kept["rows"], kept["rows"], LOOSE_P if rule == "loose" else KEEP_P)[0]
+        if better:
             kept = s
     return kept
 
@@ -112,12 +123,15 @@ def row(runs: list[dict], task: str) -> str:
     mine = [r for r in runs if r["task"] == task]
     prompts = mine[0]["step0"]["prompts"]
     cells = [f"{statistics.fmean(r[rule]['held_out'] for r in mine):.2f}" for rule in RULES]
-    d = bootstrap([r["base"]["held_out"] - r["kept"]["held_out"] for r in mine])
-    worse = sum(r[rule]["held_out"] < r["step0"]["held_out"] - 1.5 / prompts for r in mine for rule in ("kept", "base"))
+    paired = []
+    for rival in RIVALS:
+        d = bootstrap([r[rival]["held_out"] - r["kept"]["held_out"] for r in mine])
+        paired.append(f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], p = {d['p']:.2g}")
+    worse = sum(r[rule]["held_out"] < r["step0"]["held_out"] - 1.5 / prompts
+                for r in mine for rule in ("kept", *RIVALS))
     return (f"| {task} | {len(mine)} | {statistics.fmean(r['step0']['held_out'] for r in mine):.2f} | "
-            + " | ".join(cells)
-            + f" | {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], p = {d['p']:.2g} | "
-            + ", ".join(f"{r['kept']['step']}/{r['base']['step']}/{r['last']['step']}" for r in mine)
+            + " | ".join(cells + paired) + " | "
+            + ", ".join("/".join(str(r[rule]["step"]) for rule in ("kept", *RIVALS, "last")) for r in mine)
             + f" | {worse} |")
 
 
@@ -133,9 +147,10 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="read the finished runs in runs/bench-keep; train the rest")
     args = ap.parse_args()
     runs = [run(task, seed, args.minutes, args.reuse) for task in args.tasks for seed in args.seeds]
-    table = ["| task | seeds | held-out at step 0 | kept | base | last | oracle | base - kept, paired by seed "
-             "[bootstrap 95%], sign test | steps kept (kept/base/last) per seed | kept or base worse than step 0 "
-             "by > 1 prompt |", "|---|---|---|---|---|---|---|---|---|---|"]
+    table = ["| task | seeds | held-out at step 0 | " + " | ".join(RULES) + " | "
+             + " | ".join(f"{rival} - kept, paired by seed [bootstrap 95%], sign test" for rival in RIVALS)
+             + f" | steps kept ({'/'.join(('kept', *RIVALS, 'last'))}) per seed | kept, {' or '.join(RIVALS)} worse "
+             "than step 0 by > 1 prompt |", "|---" * (len(RULES) + len(RIVALS) + 5) + "|"]
     table += [row(runs, task) for task in args.tasks]
     result = {**stamp(), "minutes": args.minutes, "runs": runs}
     write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))

@@ -84,9 +84,30 @@ def test_a_step_replaces_the_kept_one_only_with_a_lead_chance_rarely_gives(tmp_p
     assert [p["accuracy"] for p in budget.curve] == [0.5, 0.7, 0.8, 0.8]
     assert saved == [0, 4] and budget.best == budget.curve[2] and budget.kept_rows == _first_right(8, 10)
     assert "right on 2 rows it got wrong and wrong on 0 it got right, a lead chance gives too often" in caplog.text
-    assert budget.beats(_first_right(10, 10)) == (False, 2, 0)  # 2 of 2 again: a coin gives it one time in four
+    assert "(kept: step 4, 0.80; this step is right on no more rows)" in caplog.text
     budget.kept_rows = None  # a kept step from an older checkpoint, known by its accuracy alone
     assert budget.beats(_first_right(9, 10))[0] and not budget.beats(_first_right(8, 10))[0]
+
+
+def test_a_later_step_right_on_more_rows_replaces_the_kept_one_as_it_leads_step_0(tmp_path, monkeypatch):
+    """A held-back rounding file: validation 0 of 12 at step 0, 11 at step 38 (kept), 12 at step 76 and after. Held
+    to step 38, step 76's one row was a lead chance gives too often, so step 38 stayed (13 of 16 held out, where step
+    76 had 16). Each step is held to step 0, and must be right on more rows than the kept one; a tie keeps it."""
+    measured = iter([_first_right(0, 12), _first_right(11, 12), _first_right(12, 12), _first_right(12, 12),
+                     _first_right(4, 12)])
+    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
+    monkeypatch.setattr(budget, "_keep", lambda model: None)
+    for step in (0, 38, 76, 116, 156):
+        budget._measure(step, model=None)
+    assert budget.best["step"] == 76 and budget.first_rows == _first_right(0, 12)
+    assert budget.beats(_first_right(2, 12)) == (False, 2, 0)  # 2 of 2 over step 0: a coin gives it one time in four
+    budget.on_save(None, type("State", (), {"global_step": 156}), None)  # no checkpoint folder: nothing written
+    checkpoint = tmp_path / "checkpoint-156"
+    checkpoint.mkdir()
+    budget.on_save(None, type("State", (), {"global_step": 156}), None)
+    resumed = TimeBudget(5, lambda model: None, tmp_path)
+    resumed._resume(156)
+    assert resumed.first_rows == _first_right(0, 12) and resumed.kept_rows == _first_right(12, 12)
 
 
 @pytest.mark.parametrize("last_rows, kept_step", [(_first_right(9, 10), 7), (_first_right(5, 10), 0)])
@@ -157,7 +178,8 @@ def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
 
     budget.on_train_begin(None, State(), None, model=None)
     assert calls == [] and budget.curve == curve and budget.best == curve[1]  # not measured again
-    assert budget.kept_rows == kept_rows  # the next step is held to the kept one's rows
+    assert budget.kept_rows == kept_rows and budget.first_rows is None  # a checkpoint that did not save step 0's
+    assert budget.beats(_first_right(6, 10)) == (True, 3, 0)  # so a step is held to the kept one's rows instead
     assert 150.0 <= budget.spent() < 160 and 140 < budget.left() <= 150
 
 
