@@ -193,7 +193,7 @@ class TimeBudget(TrainerCallback):
             return ""
         kept = f" (kept: step {self.best['step']}, {_fmt(self.best['accuracy'])}"
         if better > worse and sign_test(better, worse) / 2 <= KEEP_P:
-            return f"{kept}; this step is right on no more rows)"
+            return f"{kept}; this step leads step 0 but is right on no more rows than the kept one)"
         if better > worse:
             held_to_step_0 = self.first_rows is not None and self.best["step"] != self.curve[0]["step"]
             who = "step 0" if held_to_step_0 else "it"

@@ -84,7 +84,7 @@ def test_a_step_replaces_the_kept_one_only_with_a_lead_chance_rarely_gives(tmp_p
     assert [p["accuracy"] for p in budget.curve] == [0.5, 0.7, 0.8, 0.8]
     assert saved == [0, 4] and budget.best == budget.curve[2] and budget.kept_rows == _first_right(8, 10)
     assert "right on 2 rows it got wrong and wrong on 0 it got right, a lead chance gives too often" in caplog.text
-    assert "(kept: step 4, 0.80; this step is right on no more rows)" in caplog.text
+    assert "(kept: step 4, 0.80; this step leads step 0 but is right on no more rows than the kept one)" in caplog.text
     budget.kept_rows = None  # a kept step from an older checkpoint, known by its accuracy alone
     assert budget.beats(_first_right(9, 10))[0] and not budget.beats(_first_right(8, 10))[0]
 
