@@ -167,8 +167,13 @@ class TimeBudget(TrainerCallback):
                 log.info("validation: the kept step's rows are not known row by row (a checkpoint of an older "
                          "version, or other validation rows); a higher accuracy replaces it")
             return sum(rows) / len(rows) > self.best["accuracy"], 0, 0
-        first = self.first_rows if self.first_rows is not None and len(self.first_rows) == len(rows) else None
-        return replaces(rows, self.kept_rows, self.kept_rows if first is None else first)
+        return replaces(rows, self.kept_rows, self._lead_over())
+
+    def _lead_over(self) -> list[bool]:
+        """The rows a step's lead is counted over: step 0's, or the kept step's where a run resumed from an older
+        checkpoint does not know step 0's."""
+        known = self.first_rows is not None and len(self.first_rows) == len(self.kept_rows)
+        return self.first_rows if known else self.kept_rows
 
     def _measure(self, step: int, model) -> None:
         began = self.spent()
@@ -192,11 +197,10 @@ class TimeBudget(TrainerCallback):
         if self.best is None:
             return ""
         kept = f" (kept: step {self.best['step']}, {_fmt(self.best['accuracy'])}"
-        if better > worse and sign_test(better, worse) / 2 <= KEEP_P:
+        if leads(better, worse):
             return f"{kept}; this step leads step 0 but is right on no more rows than the kept one)"
         if better > worse:
-            held_to_step_0 = self.first_rows is not None and self.best["step"] != self.curve[0]["step"]
-            who = "step 0" if held_to_step_0 else "it"
+            who = "it" if self._lead_over() == self.kept_rows else "step 0"
             return (f"{kept}; right on {better} rows {who} got wrong and wrong on {worse} {who} got right, a lead "
                     f"chance gives too often to tell)")
         return kept + ")"
@@ -245,8 +249,13 @@ def replaces(rows: list[bool], kept: list[bool], first: list[bool],
     holding each step to step 0 and keeping the later of two equally right (rule "base") lost 0.06 on the demo."""
     better = sum(new and not old for new, old in zip(rows, first, strict=True))
     worse = sum(old and not new for new, old in zip(rows, first, strict=True))
-    lead = better > worse and sign_test(better, worse) / 2 <= keep_p
-    return lead and sum(rows) > sum(kept), better, worse
+    return leads(better, worse, keep_p) and sum(rows) > sum(kept), better, worse
+
+
+def leads(better: int, worse: int, keep_p: float = KEEP_P) -> bool:
+    """Whether `better` rows right against `worse` rows wrong, of those two steps answer differently, is a lead
+    chance gives at most `keep_p` of the time (one-sided sign test)."""
+    return better > worse and sign_test(better, worse) / 2 <= keep_p
 
 
 def _fmt(accuracy: float | None) -> str:

@@ -101,7 +101,6 @@ def test_a_later_step_right_on_more_rows_replaces_the_kept_one_as_it_leads_step_
         budget._measure(step, model=None)
     assert budget.best["step"] == 76 and budget.first_rows == _first_right(0, 12)
     assert budget.beats(_first_right(2, 12)) == (False, 2, 0)  # 2 of 2 over step 0: a coin gives it one time in four
-    budget.on_save(None, type("State", (), {"global_step": 156}), None)  # no checkpoint folder: nothing written
     checkpoint = tmp_path / "checkpoint-156"
     checkpoint.mkdir()
     budget.on_save(None, type("State", (), {"global_step": 156}), None)
