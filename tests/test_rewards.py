@@ -20,6 +20,7 @@ from rloo_kit.rewards import (
     safe,
     tag_format,
 )
+from rloo_kit.rewards.answers import stands_alone
 
 from .conftest import SHARED_GSM8K
 
@@ -177,6 +178,21 @@ def test_a_hyphen_between_words_is_a_space():
     assert is_correct("It is well\u2011known.", "well known")  # a non-breaking hyphen too
     assert not is_correct("It is fortytwo.", "forty-two")  # two words are not one
     assert normalize_text("-3") == "-3" and normalize_text("3-4") == "3-4"  # only between letters
+
+
+def test_a_text_answer_is_named_as_a_whole_not_as_a_part_of_a_longer_answer():
+    """A run on a file of numbers to write in words learned replies that a whole-word match scored right: 'seven
+    hundred and seventy-zero' for 'seventy', 'ninety-nine' for 'nine', 'one hundred and sixteen' for 'sixteen'."""
+    hacks = [("seven hundred and seventy-zero", "seventy"), ("ninety-nine", "nine"), ("forty-zero", "forty"),
+             ("one hundred and sixteen", "sixteen"), ("thirty-three", "three"), ("Four hundred.", "four"),
+             ("It is ice-cold.", "cold")]
+    assert not any(is_correct(reply, gold) for reply, gold in hacks)
+    assert correct_answer(["q"] * 2, ["ninety-nine", "Ninety-nine."], answer=["nine", "ninety-nine"]) == [0.0, 1.0]
+    whole = [("sixty-four", "sixty-four"), ("64 in words is sixty four.", "sixty-four"), ("Seventy.", "seventy"),
+             ("The answer is four, not five.", "four"), ("cold - the opposite of hot.", "cold"),
+             ("It is well-known.", "well known"), ("Seventy and four are numbers; I pick seventy.", "seventy")]
+    assert all(is_correct(reply, gold) for reply, gold in whole)
+    assert stands_alone("one hundred and sixteen", "one hundred and sixteen")
 
 
 def test_a_text_answer_named_only_where_the_reply_repeats_its_question_is_not_its_answer():

@@ -215,6 +215,46 @@ def mentions(text: str, phrase: str) -> bool:
         return re.search(rf"(?<!\w){phrase}(?!\w)(?!\s+[a-z])", text) is not None
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text) is not None for p in spellings(phrase))
 
+# English numbers in words: a number in words is one answer however many words it takes ('seven hundred and seventy')
+_NUMBER_WORDS = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion".split())
+_HYPHENS = frozenset("-\u2010\u2011")
+
+
+def stands_alone(span: str, phrase: str) -> bool:
+    """Whether `phrase` (normalized) is named in `span` as a whole answer at least once: not joined by a hyphen to a
+    word before or after it ('nine' in 'ninety-nine', 'cold' in 'ice-cold'), and, where it is a number in words, not
+    a part of a longer number ('seventy' in 'seven hundred and seventy', 'four' in 'four hundred'). A run on a file
+    of numbers to write in words learned to answer 'seven hundred and seventy-zero' for 'seventy' and 'one hundred
+    and sixteen' for 'sixteen', which a whole-word match scored right. A phrase of no word characters stands alone.
+
+    >>> stands_alone("Ninety-nine.", "nine"), stands_alone("It is sixty-four.", "sixty four")
+    (False, True)
+    """
+    found = list(re.finditer(r"[^\W_]+", span.lower()))
+    words = [m.group() for m in found]
+    gaps = [span[a.end():b.start()] for a, b in zip(found[:-1], found[1:], strict=True)]  # between word i and i + 1
+    variants = [re.findall(r"[^\W_]+", v) for v in spellings(phrase)]
+    if not any(variants):
+        return True
+
+    def joined(i: int) -> bool:  # words i and i + 1 are one compound, or one number in words
+        if not 0 <= i < len(gaps):
+            return False
+        if gaps[i] in _HYPHENS:  # a hyphen between two words joins them ('ice-cold'); a spaced dash does not
+            return True
+        if gaps[i].strip():
+            return False
+        a, b = words[i], words[i + 1]
+        scale = ("hundred", "thousand")  # 'hundred and seventy' is one number: 'and' joins a scale to what follows
+        return ({a, b} <= _NUMBER_WORDS or (a in scale and b == "and")
+                or (a == "and" and i > 0 and words[i - 1] in scale and b in _NUMBER_WORDS))
+
+    return any(words[i:i + len(v)] == v and not joined(i - 1) and not joined(i + len(v) - 1)
+               for v in variants if v for i in range(len(words)))
+
+
 def restates(span: str, gold: str, question: str) -> bool:
     """Whether a text answer `span` names `gold` only as `question` names it, and then says something else: each
     time right after one of the two words the question puts before it (articles aside), or opening the span with the
@@ -272,7 +312,8 @@ def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
     if numeric:
         return answers_match(extract_answer(text), gold)
     wanted, span = normalize_text(gold), _answer_span(text)
-    return bool(wanted) and mentions(normalize_text(span), wanted) and not restates(span, gold, question)
+    return (bool(wanted) and mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
+            and not restates(span, gold, question))
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for, as written: the explicit answer if the reply marks one, else its last
