@@ -527,8 +527,8 @@ def _run_args(sp) -> None:
                     "is the mean reward of the other K-1, so more means a steadier baseline and more prompts with "
                     f"reward spread, at K times the sampling (default: the preset's, {cpu.num_generations} on a CPU)")
     sp.add_argument("--max-completion-length", type=int,
-                    help="tokens a completion may run; a cut answer scores as wrong (default: the task's; for a "
-                    "file task, chosen by the pre-flight)")
+                    help="tokens a completion may run; one cut there is scored on what it wrote before the cut "
+                    "(default: the task's; for a file task, chosen by the pre-flight)")
     sp.add_argument("--beta", type=float, help="weight of the KL penalty to the base model, taken out of the "
                     "reward: higher keeps the policy closer to the model you started from "
                     f"(preset: {cpu.beta:g} on a CPU)")

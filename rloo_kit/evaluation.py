@@ -100,6 +100,17 @@ class EvalReport:
             return None
         return {"answer": answer, "replies": len(rows), "given": given, "right": right}
 
+    def right_while_cut(self) -> dict | None:
+        """Where most of the right replies ran to the length limit without ending: how many were right, how many of
+        those were cut, and at how many tokens. A reply cut there has not ended on its answer, and one that names
+        many answers can be scored right for one of them: a held-back last-letter run learned to spray letters
+        ('E-D-A-N-G-E-N-...', 64 tokens) that a looser match scored right on 14 of 15 prompts. None otherwise."""
+        right = [r for r in self.completions if r.get("correct")]
+        cut = [r for r in right if r.get("cut")]
+        if len(cut) < RIGHT_CUT_MIN or len(cut) < RIGHT_CUT_SHARE * len(right):
+            return None
+        return {"right": len(right), "cut": len(cut), "tokens": max(r["tokens"] for r in cut)}
+
 
 def _one_value(answer: str) -> float | str:
     number = parse_number(answer)
@@ -109,6 +120,8 @@ def _one_value(answer: str) -> float | str:
 ONE_ANSWER_MIN_ROWS = 8  # fewer replies say little about a habit
 ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
 ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
+RIGHT_CUT_MIN = 3  # right replies cut at the length limit, at least ...
+RIGHT_CUT_SHARE = 0.5  # ... and at least this share of the right ones, for the run to say so
 
 PROGRESS_SECONDS = 10  # seconds between two progress lines of a long generation
 
@@ -396,7 +409,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
         ok = [is_correct(t, answers[i], match, labels=labels, prompt=p) for t in group] if answers else []
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
-            row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s]}
+            row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s],
+                   "cut": lengths[i][s] >= max_new_tokens}
             if calls:
                 row["tool_calls"] = calls[i][s]
             if answers:

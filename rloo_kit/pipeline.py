@@ -84,6 +84,7 @@ class RunReport:
     adapter: str | None = None
     diagnoses: list[str] = field(default_factory=list)
     one_answer: dict | None = None  # after training, one answer given to most held-out prompts (EvalReport.one_answer)
+    right_while_cut: dict | None = None  # after training, most right replies cut at the limit (EvalReport)
     smoke: bool = False
 
     def to_dict(self) -> dict:
@@ -120,6 +121,12 @@ class RunReport:
                        f"'{one['answer']}', the right answer for {one['right']} of the {one['replies']} prompts: a "
                        "favourite answer, not (yet) the task. Read its replies (evaluation_after.json); where the "
                        "training reward was still rising, train longer (--minutes keeps the best validation step).")
+        if cut := self.right_while_cut:
+            out.append(f"  right but cut: {cut['cut']} of the {cut['right']} right held-out replies ran to the "
+                       f"{cut['tokens']}-token limit without ending. A reply cut there has not ended on its answer, "
+                       "and one that lists many answers is right for one of them: read the replies "
+                       "(evaluation_after.json) before trusting the gain; where they pad or list, the reward is being "
+                       "gamed: an exact-answer reward (rewards.exact_answer) or a shorter completion length cures it.")
         return out
 
     def card(self, out: Path) -> str:
@@ -348,7 +355,7 @@ class Run:
             (self.out / AFTER).write_text(json.dumps({**self.after.to_dict(), "sampled": self.report.sampled_after}))
         change = paired_change(self.before, self.after) if self.before else None
         self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
-        self.report.one_answer = self.after.one_answer()
+        self.report.one_answer, self.report.right_while_cut = self.after.one_answer(), self.after.right_while_cut()
         self.report.paired = None if change is None else change.to_dict()
         return self.after
 

@@ -41,6 +41,7 @@ def test_report_and_self_comparison(tiny_lora):
     assert report.samples == 4 and len(report.completions) == 24
     assert set(report.pass_at_k) == {1, 2, 4} and report.pass_at_k[1] == pytest.approx(report.accuracy)
     assert 0 < report.mean_length <= 6 and 0 <= report.truncation_rate <= 1
+    assert all(r["cut"] is (r["tokens"] >= 6) for r in report.completions)  # each reply that ran to the limit
     assert "correct_answer" in report.mean_reward
     diff = compare(report, report)["difference"]
     assert (diff == 0).all() and len(diff) >= 5
@@ -167,6 +168,18 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     assert _answered(["A colour."] * 6, golds[:6], labels).one_answer() is None  # too few replies to tell
     same_number = _answered(["It is 7."] * 6 + ["It is 7.0."] * 6, [str(n) for n in range(12)], None).one_answer()
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
+
+
+def test_right_replies_mostly_cut_at_the_limit_are_named_and_a_few_are_not():
+    """A held-back last-letter run learned to spray letters to the 64-token limit, scored right by a looser match."""
+    def report(right_cut: int, right_ended: int, wrong_cut: int = 4) -> EvalReport:
+        rows = ([{"correct": True, "cut": True, "tokens": 64}] * right_cut + [{"correct": True, "cut": False,
+                 "tokens": 5}] * right_ended + [{"correct": False, "cut": True, "tokens": 64}] * wrong_cut)
+        return EvalReport(0.5, {}, {}, 1.0, 0.5, 1, rows)
+    assert report(14, 0).right_while_cut() == {"right": 14, "cut": 14, "tokens": 64}
+    assert report(3, 3).right_while_cut() == {"right": 6, "cut": 3, "tokens": 64}  # half of the right ones
+    assert report(3, 4).right_while_cut() is None and report(2, 0).right_while_cut() is None
+    assert report(0, 10, wrong_cut=10).right_while_cut() is None  # cut replies that are wrong say nothing of this
 
 
 def test_a_right_answer_given_first_and_gone_on_from_is_told_apart():

@@ -58,6 +58,8 @@ def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
     assert trained.refusal() is None and trained.lines()[0].startswith("held-out accuracy: before 0.17")
     habit = RunReport(**common, trained=True, one_answer={"answer": "colour", "replies": 13, "given": 12, "right": 6})
     assert "12 of 13 held-out replies answer 'colour', the right answer for 6 of the 13 prompts" in habit.lines()[-1]
+    padded = RunReport(**common, trained=True, right_while_cut={"right": 14, "cut": 14, "tokens": 64})
+    assert "right but cut: 14 of the 14 right held-out replies ran to the 64-token limit" in padded.lines()[-1]
 
 
 def test_the_report_names_the_runs_last_step_as_the_one_in_last():
