@@ -12,6 +12,10 @@ choose and in nothing else (the training does not depend on which step is kept):
 - loose:  sticky with a looser bar, LOOSE_P: a 2-0 lead on the rows two steps answer differently is enough;
 - base:   a step replaces the kept one where it beats step 0 by the test and is right on as many validation rows
           as the kept one or more: the later of two equally right is kept;
+- sampled: the kit's rule on a finer score of each validation row: its greedy answer beside SAMPLES answers
+          sampled at the training temperature, right or not (a row right greedily and on 3 of 4 samples scores 4
+          of 5). Measured after the run on each recorded step, so the training is the kit's; the seconds of a
+          sampled pass beside a greedy one say what it would cost inside the budget;
 - last:   the final step, whatever its validation says; oracle: the best held-out step (not a rule: a ceiling).
 
     .venv/bin/python benchmarks/keep_rule.py [--tasks demo] [--seeds 0 1 2 3 4] [--minutes 3] [--reuse]
@@ -35,8 +39,9 @@ from rloo_kit.budget import KEEP_P, replaces
 
 RUNS = REPO / "runs" / "bench-keep"
 STEPS_FILE = "measured_steps.json"  # per measured step: validation rows right, held-out prompts right
-RULES = ("kept", "sticky", "loose", "base", "last", "oracle")
-RIVALS = ("sticky", "loose", "base")  # the rules each compared with the kit's, paired by seed
+RULES = ("kept", "sticky", "loose", "base", "sampled", "last", "oracle")
+RIVALS = ("sticky", "loose", "base", "sampled")  # the rules each compared with the kit's, paired by seed
+SAMPLES = 4  # sampled answers a validation row, for the rule "sampled" (training draws 4 a prompt on a CPU)
 LOOSE_P = 0.3  # one-sided sign test: 2 of 2 changed rows gives 0.25, which KEEP_P (0.2) refuses
 
 
@@ -64,11 +69,20 @@ def child(argv: list[str]) -> None:
         report = evaluate_after(self)
         model, curve = self.trainer.model, self.trainer.time_budget.curve
         kept = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
+        task, temperature = self.task.for_preset(self.plan.preset), self.temperature()
         steps = []
         for point, m in zip(curve, measured, strict=True):
             set_peft_model_state_dict(model, m["weights"])
-            answers = self.task.evaluate(model, self.tokenizer).to_dict()["completions"]
-            steps.append({**point, "rows": m["rows"], "held_out": [c["correct"] for c in answers]})
+            answers = task.evaluate(model, self.tokenizer).to_dict()["completions"]
+            began = time.time()
+            greedy = task.evaluate(model, self.tokenizer, dataset=task.validation)
+            greedy_seconds, began = time.time() - began, time.time()
+            sampled = task.evaluate(model, self.tokenizer, dataset=task.validation, samples=SAMPLES, greedy=False,
+                                    temperature=temperature).completions
+            right = [sum(c["correct"] for c in sampled[i:i + SAMPLES]) for i in range(0, len(sampled), SAMPLES)]
+            steps.append({**point, "rows": m["rows"], "held_out": [c["correct"] for c in answers],
+                          "sampled_rows": right, "greedy_again": [c["correct"] for c in greedy.completions],
+                          "seconds": {"greedy": greedy_seconds, "sampled": time.time() - began}})
         set_peft_model_state_dict(model, kept)
         (self.out / STEPS_FILE).write_text(json.dumps(steps))
         return report
@@ -97,6 +111,9 @@ def run(task: str, seed: int, minutes: float, reuse: bool) -> dict:
         record[rule] = {"step": chosen["step"], "validation": chosen["accuracy"],
                         "held_out": statistics.fmean(chosen["held_out"])}
     record["step0"] = {"held_out": statistics.fmean(steps[0]["held_out"]), "prompts": len(steps[0]["held_out"])}
+    if all("seconds" in s for s in steps):  # runs recorded before the rule "sampled" lack them
+        record["pass_seconds"] = {kind: statistics.median(s["seconds"][kind] for s in steps)
+                                  for kind in ("greedy", "sampled")}
     return record
 
 
@@ -110,6 +127,8 @@ def choose(steps: list[dict], rule: str) -> dict:
     for s in steps[1:]:
         if rule == "kept":
             better = replaces(s["rows"], kept["rows"], first)[0]
+        elif rule == "sampled":
+            better = replaces(finer(s), finer(kept), finer(steps[0]))[0]
         elif rule == "base":
             better = replaces(s["rows"], first, first)[0] and sum(s["rows"]) >= sum(kept["rows"])
         else:
@@ -117,6 +136,12 @@ def choose(steps: list[dict], rule: str) -> dict:
         if better:
             kept = s
     return kept
+
+
+def finer(step: dict) -> list[int]:
+    """Each validation row's score for the rule "sampled": right greedily (as the run measured it) plus right among
+    its SAMPLES sampled answers, 0 to SAMPLES + 1. `replaces` compares rows by these as it does by right or wrong."""
+    return [int(greedy) + right for greedy, right in zip(step["rows"], step["sampled_rows"], strict=True)]
 
 
 def row(runs: list[dict], task: str) -> str:
@@ -132,7 +157,14 @@ def row(runs: list[dict], task: str) -> str:
     return (f"| {task} | {len(mine)} | {statistics.fmean(r['step0']['held_out'] for r in mine):.2f} | "
             + " | ".join(cells + paired) + " | "
             + ", ".join("/".join(str(r[rule]["step"]) for rule in ("kept", *RIVALS, "last")) for r in mine)
-            + f" | {worse} |")
+            + f" | {worse} | {_pass_seconds(mine)} |")
+
+
+def _pass_seconds(runs: list[dict]) -> str:
+    timed = [r["pass_seconds"] for r in runs if "pass_seconds" in r]
+    if not timed:
+        return "-"
+    return " / ".join(f"{statistics.fmean(t[kind] for t in timed):.1f}" for kind in ("greedy", "sampled"))
 
 
 def main() -> None:
@@ -150,7 +182,8 @@ def main() -> None:
     table = ["| task | seeds | held-out at step 0 | " + " | ".join(RULES) + " | "
              + " | ".join(f"{rival} - kept, paired by seed [bootstrap 95%], sign test" for rival in RIVALS)
              + f" | steps kept ({'/'.join(('kept', *RIVALS, 'last'))}) per seed | kept, {' or '.join(RIVALS)} worse "
-             "than step 0 by > 1 prompt |", "|---" * (len(RULES) + len(RIVALS) + 5) + "|"]
+             "than step 0 by > 1 prompt | validation pass, s (greedy / sampled) |",
+             "|---" * (len(RULES) + len(RIVALS) + 6) + "|"]
     table += [row(runs, task) for task in args.tasks]
     result = {**stamp(), "minutes": args.minutes, "runs": runs}
     write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))

@@ -12,7 +12,9 @@ files would be, of each kind a user brings (benchmarks/preflight_verdicts.py say
   word sums with other column names (question, result), and a label CSV (text, label) of words that name an
   animal or a colour;
 - added when a held-back file of its kind was refused and learned when forced: rounding a number to the nearest
-  ten (columns ask, result; greedy answers almost never right, a few samples are).
+  ten (columns ask, result; greedy answers almost never right, a few samples are);
+- added when a held-back file of its kind trained to replies a whole-word match scored right ('seven hundred and
+  seventy-zero' for 'seventy'): numbers to write in words (columns request, spelled; answers of one to two words).
 
 parity.csv and units.csv are not written here: they were held-back files (docs/benchmarks.md), kept as they were
 measured.
@@ -109,6 +111,8 @@ def main() -> None:
                                                       for w, label in words])
     tens = rng.sample([n for n in range(11, 100) if n % 10 != 5], 80)  # no ties: 35 rounds either way by habit
     write("rounding", [{"ask": f"Round {n} to the nearest ten.", "result": round(n, -1)} for n in tens])
+    write_csv("spelled_numbers", ["request", "spelled"], [(f"Write the number {n} in words.", number_word(n))
+                                                          for n in range(100)])
 
 
 def write_csv(name: str, header: list[str], rows: list[tuple]) -> None:

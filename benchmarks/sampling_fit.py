@@ -51,6 +51,9 @@ CASES = {
     "rounding": ("learns; rounding to tens, few right answers before training (columns ask/result)",
                  ["--task", "file", "--path", str(TASKS / "rounding.jsonl"), "--prompt-column", "ask",
                   "--answer-column", "result"]),
+    "spelled_numbers": ("learns; numbers to write in words, answers of one or two words (columns request/spelled)",
+                        ["--task", "file", "--path", str(TASKS / "spelled_numbers.csv"), "--prompt-column", "request",
+                         "--answer-column", "spelled"]),
     "demo": ("the demo: arithmetic, 16 tokens", ["--task", "arithmetic"]),
     "reverse_letters": ("hopeless", ["--task", "file", "--path", str(TASKS / "reverse_letters.jsonl")]),
 }

@@ -247,8 +247,8 @@ def replaces(rows: list[bool], kept: list[bool], first: list[bool],
     better steps after it: a rounding file kept step 38 (11 of 12 validation rows, 13 of 16 held out) over step 76
     (12 of 12, 16 of 16), one row ahead (`benchmarks/keep_rule.py`, rule "sticky"). Ties keep the earlier step:
     holding each step to step 0 and keeping the later of two equally right (rule "base") lost 0.06 on the demo."""
-    better = sum(new and not old for new, old in zip(rows, first, strict=True))
-    worse = sum(old and not new for new, old in zip(rows, first, strict=True))
+    better = sum(new > old for new, old in zip(rows, first, strict=True))  # right or not: True > False
+    worse = sum(old > new for new, old in zip(rows, first, strict=True))
     return leads(better, worse, keep_p) and sum(rows) > sum(kept), better, worse
 
 
