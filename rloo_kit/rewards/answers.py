@@ -232,8 +232,8 @@ def stands_alone(span: str, phrase: str) -> bool:
     >>> stands_alone("Ninety-nine.", "nine"), stands_alone("It is sixty-four.", "sixty four")
     (False, True)
     """
-    found = list(re.finditer(r"[^\W_]+", span.lower()))
-    words = [m.group() for m in found]
+    found = list(re.finditer(r"[^\W_]+", span))
+    words = [m.group().lower() for m in found]
     gaps = [span[a.end():b.start()] for a, b in zip(found[:-1], found[1:], strict=True)]  # between word i and i + 1
     variants = [re.findall(r"[^\W_]+", v) for v in spellings(phrase)]
     if not any(variants):
