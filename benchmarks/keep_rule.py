@@ -4,18 +4,15 @@ the validation rows right and the adapter's weights; after the run, each measure
 held-out test split. The keep rules are then replayed over the same measurements, so the rules differ in what they
 choose and in nothing else (the training does not depend on which step is kept):
 
-- kept:   the kit's (`budget.replaces`): a step replaces the kept one where it is right on more of the validation
-          rows it and step 0 answer differently, by a lead chance gives at most KEEP_P of the time, and right on
-          more rows than the kept one;
-- sticky: the kit's until it held each step to the kept one instead of step 0: a kept step bars a later one
-          unless that one leads it by the same test;
-- loose:  sticky with a looser bar, LOOSE_P: a 2-0 lead on the rows two steps answer differently is enough;
-- base:   a step replaces the kept one where it beats step 0 by the test and is right on as many validation rows
-          as the kept one or more: the later of two equally right is kept;
-- sampled: the kit's rule on a finer score of each validation row: its greedy answer beside SAMPLES answers
-          sampled at the training temperature, right or not (a row right greedily and on 3 of 4 samples scores 4
-          of 5). Measured after the run on each recorded step, so the training is the kit's; the seconds of a
-          sampled pass beside a greedy one say what it would cost inside the budget;
+- kept:   the kit's (`budget.replaces`): the step right on the most validation rows, the later of equals;
+- lead:   the kit's rule until then: a step replaces the kept one where it is right on more of the validation rows
+          it and step 0 answer differently, by a lead chance gives at most KEEP_P of the time (one-sided sign
+          test), and right on more rows than the kept one;
+- sampled: the lead rule on a finer score of each row: its greedy answer beside SAMPLES answers sampled at the
+          training temperature, right or not (a row right greedily and on 3 of 4 samples scores 4 of 5), measured
+          after the run on each recorded step; the seconds of a sampled pass beside a greedy one say what it would
+          cost inside the budget;
+- latest: the latest step, unless step 0 or the step right on the most rows so far leads it by that test;
 - last:   the final step, whatever its validation says; oracle: the best held-out step (not a rule: a ceiling).
 
     .venv/bin/python benchmarks/keep_rule.py [--tasks demo] [--seeds 0 1 2 3 4] [--minutes 3] [--reuse]
@@ -35,14 +32,15 @@ import time
 from common import REPO, bootstrap, load_note, stamp, write
 from sampling_fit import CASES
 
-from rloo_kit.budget import KEEP_P, replaces
+from rloo_kit.budget import replaces
+from rloo_kit.evaluation import sign_test
 
 RUNS = REPO / "runs" / "bench-keep"
 STEPS_FILE = "measured_steps.json"  # per measured step: validation rows right, held-out prompts right
-RULES = ("kept", "sticky", "loose", "base", "sampled", "last", "oracle")
-RIVALS = ("sticky", "loose", "base", "sampled")  # the rules each compared with the kit's, paired by seed
+RULES = ("kept", "lead", "sampled", "latest", "last", "oracle")
+RIVALS = ("lead", "sampled", "latest")  # the rules each compared with the kit's, paired by seed
 SAMPLES = 4  # sampled answers a validation row, for the rule "sampled" (training draws 4 a prompt on a CPU)
-LOOSE_P = 0.3  # one-sided sign test: 2 of 2 changed rows gives 0.25, which KEEP_P (0.2) refuses
+KEEP_P = 0.2  # the rule "lead": one-sided sign test; 3 rows better of 3 changed, 4 of 5, 6 of 8
 
 
 def child(argv: list[str]) -> None:
@@ -123,19 +121,27 @@ def choose(steps: list[dict], rule: str) -> dict:
         return steps[-1]
     if rule == "oracle":
         return max(reversed(steps), key=lambda s: sum(s["held_out"]))
-    kept, first = steps[0], steps[0]["rows"]
+    score = finer if rule == "sampled" else (lambda step: [int(r) for r in step["rows"]])
+    kept = best = first = steps[0]
     for s in steps[1:]:
         if rule == "kept":
-            better = replaces(s["rows"], kept["rows"], first)[0]
-        elif rule == "sampled":
-            better = replaces(finer(s), finer(kept), finer(steps[0]))[0]
-        elif rule == "base":
-            better = replaces(s["rows"], first, first)[0] and sum(s["rows"]) >= sum(kept["rows"])
-        else:
-            better = replaces(s["rows"], kept["rows"], kept["rows"], LOOSE_P if rule == "loose" else KEEP_P)[0]
+            better = replaces(s["accuracy"], kept)
+        elif rule == "latest":
+            better = not leads(score(first), score(s)) and not leads(score(best), score(s))
+            best = s if sum(score(s)) > sum(score(best)) else best
+        else:  # lead, sampled
+            better = leads(score(s), score(first)) and sum(score(s)) > sum(score(kept))
         if better:
             kept = s
     return kept
+
+
+def leads(rows: list[int], other: list[int]) -> bool:
+    """Whether a step scoring `rows` is better than one scoring `other` on more of the rows they differ on, by a
+    lead chance gives at most KEEP_P of the time (one-sided sign test)."""
+    better = sum(a > b for a, b in zip(rows, other, strict=True))
+    worse = sum(b > a for a, b in zip(rows, other, strict=True))
+    return better > worse and sign_test(better, worse) / 2 <= KEEP_P
 
 
 def finer(step: dict) -> list[int]:
@@ -185,6 +191,8 @@ def main() -> None:
              "than step 0 by > 1 prompt | validation pass, s (greedy / sampled) |",
              "|---" * (len(RULES) + len(RIVALS) + 6) + "|"]
     table += [row(runs, task) for task in args.tasks]
+    if len(args.tasks) > 1:
+        table.append(row([{**r, "task": "all"} for r in runs], "all"))
     result = {**stamp(), "minutes": args.minutes, "runs": runs}
     write(args.name, result, table, load_note(result) + ("\n\n" + args.note if args.note else ""))
 

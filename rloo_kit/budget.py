@@ -4,10 +4,9 @@ in `best/`, and ends with it as the run's adapter.
 
 Nobody knows how many steps a task needs, and the last step is not always the best one. The held-out test
 split plays no part here: it measures the kept adapter once, at the end, so choosing the step cannot flatter it.
-A validation split of a small file is a few rows, and the highest of several noisy measurements flatters the
-step that drew it: a step is kept only where it is right on rows step 0 got wrong more often than the reverse, by
-more than chance easily gives (KEEP_P), and right on more rows than the step kept before it. Until a step does, the
-run keeps step 0: the model it started from.
+The kept step is the one right on the most validation rows, the later of equals: a validation split of a small file
+is 10-16 rows, on which a step that learned often scores as step 0 did, while it is the later steps that have
+trained longer (`replaces`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from .distributed import agreed, is_main_process
-from .evaluation import sign_test
 
 log = logging.getLogger("rloo_kit")
 
@@ -36,10 +34,6 @@ LAST_DIR = "last"  # inside output_dir: the last step's adapter, where another s
 STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
 VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
-# the chance of a lead over step 0 at least as large (one-sided sign test over the rows the two disagree on) below
-# which a step can be kept: 3 rows better of 3 changed, 4 of 5, 6 of 8. On a held-out file of 66 rows (10 for
-# validation) a step 2 rows ahead at 0.70 against 0.50 was kept, and lost 2 of 13 held-out prompts.
-KEEP_P = 0.2
 
 
 def validation_rows(n_train: int) -> int:
@@ -54,11 +48,11 @@ class TimeBudget(TrainerCallback):
     time), and at the stop. The last step is the one that ends nearest the budget, its measurement included: the
     run stops early rather than start a step that would overrun by more; a run another callback stops (the health
     monitor, on memorisation) has its last step measured at the end all the same. Each step that replaces the kept
-    one (`beats`) is saved to output_dir/best; at the end the model holds it again, so that the adapter `train`
-    writes, and the accuracy measured after, are the kept step's.
+    one (`replaces`: right on as many validation rows or more) is saved to output_dir/best; at the end the model
+    holds it again, so that the adapter `train` writes, and the accuracy measured after, are the kept step's.
 
-    Where the kept step is not the last, the last step's adapter is saved to output_dir/last first: the keep rule
-    asks for a lead chance rarely gives, and a user who doubts it can measure the last step beside the kept one.
+    Where the kept step is not the last, the last step's adapter is saved to output_dir/last first, for a user who
+    doubts a few validation rows to measure it beside the kept one.
 
     `curve`: [{"step", "minutes", "accuracy"}], `best`: the kept one of them."""
 
@@ -66,8 +60,6 @@ class TimeBudget(TrainerCallback):
         self.seconds, self.validate, self.out = 60 * minutes, validate, Path(output_dir)
         self.curve: list[dict] = []
         self.best: dict | None = None
-        self.kept_rows: list[bool] | None = None  # the kept step's validation rows, right or not
-        self.first_rows: list[bool] | None = None  # step 0's: the lead a step must have is over these
         self._spent_before = 0.0
         self._start = time.time()
         self._best_weights: dict | None = None
@@ -138,8 +130,7 @@ class TimeBudget(TrainerCallback):
         checkpoint = self.out / f"checkpoint-{state.global_step}"
         if is_main_process() and checkpoint.is_dir():
             (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": self.spent(), "curve": self.curve,
-                                                             "best": self.best, "kept_rows": self.kept_rows,
-                                                             "first_rows": self.first_rows}))
+                                                             "best": self.best}))
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -156,54 +147,22 @@ class TimeBudget(TrainerCallback):
         return control
 
     # ------------------------------------------------------------------------------------------------
-    def beats(self, rows: list[bool]) -> tuple[bool, int, int]:
-        """Whether a step right on `rows` replaces the kept one (`replaces`), and the rows it is better and worse
-        on than step 0. (A kept step known by its accuracy alone, from a run resumed from an older checkpoint: a
-        higher accuracy; one whose step 0 is not known row by row: a lead over the kept step itself.)"""
-        if self.best is None:
-            return True, 0, 0
-        if self.kept_rows is None or len(self.kept_rows) != len(rows):
-            if is_main_process():
-                log.info("validation: the kept step's rows are not known row by row (a checkpoint of an older "
-                         "version, or other validation rows); a higher accuracy replaces it")
-            return sum(rows) / len(rows) > self.best["accuracy"], 0, 0
-        return replaces(rows, self.kept_rows, self._lead_over())
-
-    def _lead_over(self) -> list[bool]:
-        """The rows a step's lead is counted over: step 0's, or the kept step's where a run resumed from an older
-        checkpoint does not know step 0's."""
-        known = self.first_rows is not None and len(self.first_rows) == len(self.kept_rows)
-        return self.first_rows if known else self.kept_rows
-
     def _measure(self, step: int, model) -> None:
         began = self.spent()
         rows = self.validate(model) or None
-        if not self.curve:
-            self.first_rows = rows
         self._measure_seconds, self._passes_timed = self.spent() - began, self._passes_timed + 1
         accuracy = None if rows is None else sum(rows) / len(rows)
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
         self.curve.append(point)
         self._unlogged = accuracy
-        kept, better, worse = self.beats(rows) if rows is not None else (False, 0, 0)
+        kept = accuracy is not None and replaces(accuracy, self.best)
         if kept:
-            self.best, self.kept_rows = point, rows
+            self.best = point
             self._keep(model)
         if is_main_process():
             log.info(f"validation accuracy at step {step} ({point['minutes']:.1f} min): {_fmt(accuracy)}"
-                     + (" - kept in best/" if kept else self._not_kept(better, worse)))
-
-    def _not_kept(self, better: int, worse: int) -> str:
-        if self.best is None:
-            return ""
-        kept = f" (kept: step {self.best['step']}, {_fmt(self.best['accuracy'])}"
-        if leads(better, worse):
-            return f"{kept}; this step leads step 0 but is right on no more rows than the kept one)"
-        if better > worse:
-            who = "it" if self._lead_over() == self.kept_rows else "step 0"
-            return (f"{kept}; right on {better} rows {who} got wrong and wrong on {worse} {who} got right, a lead "
-                    f"chance gives too often to tell)")
-        return kept + ")"
+                     + (" - kept in best/" if kept else "" if self.best is None else
+                        f" (kept: step {self.best['step']}, {_fmt(self.best['accuracy'])})"))
 
     def _keep(self, model) -> None:
         from peft import get_peft_model_state_dict
@@ -231,31 +190,21 @@ class TimeBudget(TrainerCallback):
         if step and saved.is_file():
             state = json.loads(saved.read_text())
             self._spent_before, self.curve, self.best = state["spent_seconds"], state["curve"], state["best"]
-            self.kept_rows, self.first_rows = state.get("kept_rows"), state.get("first_rows")
             self._start = time.time()
             if is_main_process():
                 log.info(f"time budget: {self._spent_before / 60:.1f} of {self.seconds / 60:g} min spent before the "
                          f"resume; kept so far: step {self.best['step'] if self.best else '-'}")
 
 
-def replaces(rows: list[bool], kept: list[bool], first: list[bool],
-             keep_p: float = KEEP_P) -> tuple[bool, int, int]:
-    """Whether a step right on validation `rows` replaces the kept step, right on `kept`: it is right on more of the
-    rows it and step 0 (right on `first`) answer differently, by a lead chance gives at most `keep_p` of the time
-    (one-sided sign test), and right on more rows than the kept step. Also the rows it is better and worse on than
-    step 0. While step 0 is kept, that is one test. A lead over the kept step itself, once one is kept, barred the
-    better steps after it: a rounding file kept step 38 (11 of 12 validation rows, 13 of 16 held out) over step 76
-    (12 of 12, 16 of 16), one row ahead (`benchmarks/keep_rule.py`, rule "sticky"). Ties keep the earlier step:
-    holding each step to step 0 and keeping the later of two equally right (rule "base") lost 0.06 on the demo."""
-    better = sum(new > old for new, old in zip(rows, first, strict=True))  # right or not: True > False
-    worse = sum(old > new for new, old in zip(rows, first, strict=True))
-    return leads(better, worse, keep_p) and sum(rows) > sum(kept), better, worse
-
-
-def leads(better: int, worse: int, keep_p: float = KEEP_P) -> bool:
-    """Whether `better` rows right against `worse` rows wrong, of those two steps answer differently, is a lead
-    chance gives at most `keep_p` of the time (one-sided sign test)."""
-    return better > worse and sign_test(better, worse) / 2 <= keep_p
+def replaces(accuracy: float, kept: dict | None) -> bool:
+    """Whether a step with this validation accuracy replaces the kept step (a curve point, None before step 0's): it
+    is right on as many validation rows or more, so that of equals the later is kept. Held to a lead over step 0 that
+    chance rarely gives (a one-sided sign test at 0.2), as the kit held them before, runs on files of 60-100 rows kept
+    step 0 while held-out accuracy rose: opposites 11 -> 16 of 20 held out, with 8 of its 16 validation rows right at
+    every measurement; an animal-or-colour file 6 -> 12 of 13, on 10 validation rows 5 -> 7. Replayed over 17 runs
+    of five tasks (`benchmarks/keep_rule.py`, rule "lead"), this rule was +0.05 held out [+0.01, +0.12], better on 6
+    runs and worse on 1 (by a prompt), never below step 0, and on the demo's five seeds +0.02."""
+    return kept is None or accuracy >= kept["accuracy"]
 
 
 def _fmt(accuracy: float | None) -> str:

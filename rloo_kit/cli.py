@@ -581,8 +581,9 @@ def _train_parser(sub) -> None:
                     "with --minutes, a cap")
     tr.add_argument("--minutes", type=float, help="train for this many minutes instead of a number of steps, at a "
                     "constant learning rate: greedy accuracy on a few training rows set apart (validation) is measured "
-                    "at step 0 and along the way, each best adapter kept in OUTPUT_DIR/best, and the run ends with the "
-                    "best as its adapter; the held-out test split is measured once, at the end")
+                    "at step 0 and along the way, each best adapter (the later of equals) kept in OUTPUT_DIR/best, "
+                    "and the run ends with the best as its adapter; the held-out test split is measured once, at the "
+                    "end")
     tr.add_argument("--prompt-pool", action="store_true", help="draw each step's prompts from a pool that rests "
                     "prompts whose K completions all got the same reward (they teach nothing), seeded by the "
                     "pre-flight; rested prompts come back later and a fifth of each draw stays uniform (one process)")

@@ -136,14 +136,16 @@ def test_a_results_page_that_gathers_runs_keeps_every_invocations_note(monkeypat
     assert common.accumulated_notes("page", {}, "Seeds 3-4 on an Intel Xeon.") == notes  # a re-report adds nothing
 
 
-def test_the_keep_rule_replay_scores_sampled_rows_finer_than_greedy_ones(monkeypatch):
-    """benchmarks/keep_rule.py's rule "sampled": a step whose greedy rows tie step 0's but whose sampled answers are
-    right more often on most rows is kept by it, and not by the kit's greedy rule."""
+def test_the_keep_rule_replay_holds_each_rule_to_its_own_test(monkeypatch):
+    """benchmarks/keep_rule.py: a step whose greedy rows tie step 0's but whose sampled answers are right more often
+    on most rows is kept by the kit's rule (the later of equals) and by "sampled", not by "lead"; one right on fewer
+    rows by none of them, and by "latest" only while no earlier step leads it."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from keep_rule import choose
 
     step0 = {"step": 0, "accuracy": 0.25, "rows": [True, False, False, False], "sampled_rows": [2, 0, 0, 0]}
-    later = {"step": 9, "accuracy": 0.25, "rows": [True, False, False, False], "sampled_rows": [3, 2, 1, 2]}
-    assert choose([step0, later], "kept")["step"] == 0 and choose([step0, later], "sampled")["step"] == 9
-    worse = {**later, "step": 12, "sampled_rows": [0, 0, 0, 1]}
-    assert choose([step0, worse], "sampled")["step"] == 0
+    later = {"step": 9, "accuracy": 0.25, "rows": [False, True, False, False], "sampled_rows": [3, 2, 1, 2]}
+    assert [choose([step0, later], rule)["step"] for rule in ("kept", "lead", "sampled")] == [9, 0, 9]
+    worse = {"step": 12, "accuracy": 0.0, "rows": [False] * 4, "sampled_rows": [0, 0, 0, 1]}
+    assert [choose([step0, later, worse], rule)["step"] for rule in ("kept", "lead", "sampled", "latest")] == \
+        [9, 0, 9, 12]  # a row worse than step 0 is a lead chance gives too often
