@@ -103,6 +103,7 @@ def run(task: str, seed: int, minutes: float, reuse: bool) -> dict:
     record = {"task": task, "seed": seed, "steps": m.get("steps"), "minutes": m.get("minutes"),
               "kit_kept": (m.get("validation") or {}).get("kept_step"),
               "measured": [{k: s[k] for k in ("step", "minutes", "accuracy")} for s in steps],
+              "diagnoses": m.get("diagnoses"),
               "command": " ".join(["rloo-kit train", *args]).replace(str(REPO) + "/", "")}
     for rule in RULES:
         chosen = choose(steps, rule)
