@@ -126,7 +126,7 @@ def choose(steps: list[dict], rule: str) -> dict:
     kept = best = first = steps[0]
     for s in steps[1:]:
         if rule == "kept":
-            better = replaces(s["accuracy"], kept)
+            better = replaces(s, kept)
         elif rule == "latest":
             better = not leads(score(first), score(s)) and not leads(score(best), score(s))
             best = s if sum(score(s)) > sum(score(best)) else best

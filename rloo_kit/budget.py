@@ -6,7 +6,8 @@ Nobody knows how many steps a task needs, and the last step is not always the be
 split plays no part here: it measures the kept adapter once, at the end, so choosing the step cannot flatter it.
 The kept step is the one right on the most validation rows, the later of equals: a validation split of a small file
 is 10-16 rows, on which a step that learned often scores as step 0 did, while it is the later steps that have
-trained longer (`replaces`).
+trained longer (`replaces`); a step whose replies give one answer to nearly every row is not kept, however many
+rows that answer happens to be right for.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -34,6 +36,16 @@ LAST_DIR = "last"  # inside output_dir: the last step's adapter, where another s
 STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
 VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
+HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One greedy pass over the validation rows: right or not, row by row, and the answer that most replies gave
+    whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None."""
+
+    right: list[bool]
+    one_answer: str | None = None
 
 
 def validation_rows(n_train: int) -> int:
@@ -43,20 +55,21 @@ def validation_rows(n_train: int) -> int:
 
 class TimeBudget(TrainerCallback):
     """Stops training once `minutes` of it are spent (validation included; a resumed run counts what its first
-    attempt spent), measuring `validate(model) -> [right or not, per validation row]` (None without answers) at
-    step 0, every budget/MEASUREMENTS (further apart where measuring would take more than VALIDATION_SHARE of the
-    time), and at the stop. The last step is the one that ends nearest the budget, its measurement included: the
-    run stops early rather than start a step that would overrun by more; a run another callback stops (the health
-    monitor, on memorisation) has its last step measured at the end all the same. Each step that replaces the kept
-    one (`replaces`: right on as many validation rows or more) is saved to output_dir/best; at the end the model
-    holds it again, so that the adapter `train` writes, and the accuracy measured after, are the kept step's.
+    attempt spent), measuring `validate(model) -> Validation` (None without answers) at step 0, every
+    budget/MEASUREMENTS (further apart where measuring would take more than VALIDATION_SHARE of the time), and at
+    the stop. The last step is the one that ends nearest the budget, its measurement included: the run stops early
+    rather than start a step that would overrun by more; a run another callback stops (the health monitor, on
+    memorisation) has its last step measured at the end all the same. Each step that replaces the kept one
+    (`replaces`: right on as many validation rows or more, not one answer to them all) is saved to output_dir/best;
+    at the end the model holds it again, so that the adapter `train` writes, and the accuracy measured after, are
+    the kept step's.
 
     Where the kept step is not the last, the last step's adapter is saved to output_dir/last first, for a user who
     doubts a few validation rows to measure it beside the kept one.
 
-    `curve`: [{"step", "minutes", "accuracy"}], `best`: the kept one of them."""
+    `curve`: [{"step", "minutes", "accuracy"} (+ "one_answer")], `best`: the kept one of them."""
 
-    def __init__(self, minutes: float, validate: Callable[[object], list[bool] | None], output_dir: str | Path):
+    def __init__(self, minutes: float, validate: Callable[[object], Validation | None], output_dir: str | Path):
         self.seconds, self.validate, self.out = 60 * minutes, validate, Path(output_dir)
         self.curve: list[dict] = []
         self.best: dict | None = None
@@ -149,18 +162,21 @@ class TimeBudget(TrainerCallback):
     # ------------------------------------------------------------------------------------------------
     def _measure(self, step: int, model) -> None:
         began = self.spent()
-        rows = self.validate(model) or None
+        measured = self.validate(model)
         self._measure_seconds, self._passes_timed = self.spent() - began, self._passes_timed + 1
-        accuracy = None if rows is None else sum(rows) / len(rows)
+        accuracy = sum(measured.right) / len(measured.right) if measured and measured.right else None
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
+        if accuracy is not None and measured.one_answer is not None:
+            point["one_answer"] = measured.one_answer
         self.curve.append(point)
         self._unlogged = accuracy
-        kept = accuracy is not None and replaces(accuracy, self.best)
+        kept = accuracy is not None and replaces(point, self.best)
         if kept:
             self.best = point
             self._keep(model)
         if is_main_process():
-            log.info(f"validation accuracy at step {step} ({point['minutes']:.1f} min): {_fmt(accuracy)}"
+            habit = f", most replies '{point['one_answer']}' whatever the row" if "one_answer" in point else ""
+            log.info(f"validation accuracy at step {step} ({point['minutes']:.1f} min): {_fmt(accuracy)}{habit}"
                      + (" - kept in best/" if kept else "" if self.best is None else
                         f" (kept: step {self.best['step']}, {_fmt(self.best['accuracy'])})"))
 
@@ -196,15 +212,18 @@ class TimeBudget(TrainerCallback):
                          f"resume; kept so far: step {self.best['step'] if self.best else '-'}")
 
 
-def replaces(accuracy: float, kept: dict | None) -> bool:
-    """Whether a step with this validation accuracy replaces the kept step (a curve point, None before step 0's): it
-    is right on as many validation rows or more, so that of equals the later is kept. Held to a lead over step 0 that
-    chance rarely gives (a one-sided sign test at 0.2), as the kit held them before, runs on files of 60-100 rows kept
-    step 0 while held-out accuracy rose: opposites 11 -> 16 of 20 held out, with 8 of its 16 validation rows right at
-    every measurement; an animal-or-colour file 6 -> 12 of 13, on 10 validation rows 5 -> 7. Replayed over 17 runs
-    of five tasks (`benchmarks/keep_rule.py`, rule "lead"), this rule was +0.05 held out [+0.01, +0.12], better on 6
-    runs and worse on 1 (by a prompt), never below step 0, and on the demo's five seeds +0.02."""
-    return kept is None or accuracy >= kept["accuracy"]
+def replaces(point: dict, kept: dict | None) -> bool:
+    """Whether a step measured as `point` (a curve point) replaces the kept step (None before step 0's): it is right on
+    as many validation rows or more, so that of equals the later is kept, and its replies do not give one answer
+    whatever the row. A held-back weekday file (*Which day is 2 days after Friday?*, 6 validation rows) learned to
+    answer 'Tuesday' to everything: validation 0 -> 2 of 6, the rows whose answer it is, and held out 1 -> 0 of 8.
+    Held to a lead over step 0 that chance rarely gives (a one-sided sign test at 0.2), as the kit held them before,
+    runs on files of 60-100 rows kept step 0 while held-out accuracy rose: opposites 11 -> 16 of 20 held out, with 8
+    of its 16 validation rows right at every measurement; an animal-or-colour file 6 -> 12 of 13, on 10 validation
+    rows 5 -> 7. Replayed over 17 runs of five tasks (`benchmarks/keep_rule.py`, rule "lead"), this rule was +0.05
+    held out [+0.01, +0.12], better on 6 runs and worse on 1 (by a prompt), never below step 0, and on the demo's
+    five seeds +0.02."""
+    return kept is None or (point["accuracy"] >= kept["accuracy"] and "one_answer" not in point)
 
 
 def _fmt(accuracy: float | None) -> str:

@@ -84,17 +84,21 @@ class EvalReport:
         """Replies scored wrong that name the right answer in an earlier sentence (`rewards.answered_earlier`)."""
         return sum(bool(r.get("answered_earlier")) for r in self.completions)
 
-    def one_answer(self) -> dict | None:
+    def one_answer(self, min_rows: int = 8) -> dict | None:
         """Where most replies give one answer whatever the prompt while it is right for far fewer (a label task's
         model that learned a favourite label, not the task; the same number to every sum): that answer, how many
-        replies give it, and for how many of them it is right. None where the answers vary or it is mostly right."""
+        replies give it, and for how many of them it is right. None where the answers vary or it is mostly right,
+        or where fewer than `min_rows` replies say little about a habit."""
         rows = [r for r in self.completions if "predicted" in r]
         said = [r["predicted"] for r in rows if r["predicted"] is not None]
         counts = Counter(map(_one_value, said))  # '7', '7.0' and '$7' are one answer
-        if len(rows) < ONE_ANSWER_MIN_ROWS or not counts:
+        if len(rows) < min_rows or not counts:
             return None
         value, given = counts.most_common(1)[0]
         answer = next(a for a in said if _one_value(a) == value)
+        # a row whose labels leave this answer out, as its question names it (*1 day before Tuesday?*), reads as no
+        # label in a reply that gives it ('Tuesday.'): such replies give it all the same
+        given += sum(r["predicted"] is None and is_correct(r["completion"], answer) for r in rows)
         right = sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
         if given < ONE_ANSWER_SHARE * len(rows) or right > ONE_ANSWER_RIGHT * len(rows):
             return None
@@ -117,7 +121,6 @@ def _one_value(answer: str) -> float | str:
     return answer if number is None else number
 
 
-ONE_ANSWER_MIN_ROWS = 8  # fewer replies say little about a habit
 ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
 ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
 RIGHT_CUT_MIN = 3  # right replies cut at the length limit, at least ...

@@ -79,7 +79,7 @@ class RunReport:
     minutes: float | None = None
     budget_minutes: float | None = None  # --minutes: trained for this long, the best validation step kept
     warm_up: dict | None = None  # --tool-warm-start: the worked examples the model was warmed up on first
-    validation: dict | None = None  # {"rows", "curve": [{"step", "minutes", "accuracy"}], "kept_step"}
+    validation: dict | None = None  # {"rows", "curve": [{"step", "minutes", "accuracy", ("one_answer")}], "kept_step"}
     trained: bool = False
     adapter: str | None = None
     diagnoses: list[str] = field(default_factory=list)
@@ -106,7 +106,9 @@ class RunReport:
         out = [f"held-out accuracy: before {_fmt(self.accuracy_before)} -> after {_fmt(self.accuracy_after)}{delta} · "
                f"{self.steps} steps in {self.minutes or 0:.1f} min"]
         if self.validation and self.validation["curve"]:
-            curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']})" for p in self.validation["curve"])
+            curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']}"
+                                + (f", most replies '{p['one_answer']}'" if "one_answer" in p else "") + ")"
+                                for p in self.validation["curve"])
             kept, last = self.validation["kept_step"], self.steps or self.validation["curve"][-1]["step"]
             out.append(f"  validation ({self.validation['rows']} training rows set apart): {curve}; the adapter is "
                        f"step {kept}'s" + (f"; step {last}'s is in {LAST_DIR}/" if kept not in (None, last) else ""))

@@ -24,7 +24,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
-from .budget import BUDGET_STEPS, TimeBudget
+from .budget import BUDGET_STEPS, HABIT_ROWS, TimeBudget, Validation
 from .budget import STATE_FILE as BUDGET_STATE
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
@@ -208,10 +208,13 @@ def _learning_rate(model, preset: Preset) -> float:
 
 def _validator(task: Task, tokenizer, config: RLOOConfig):
     """Greedy answers to the task's validation rows, at the completion length training samples: right or not, row
-    by row (None for a task without answers)."""
-    def validate(model) -> list[bool] | None:
+    by row, and the one answer they give whatever the row where they do (None for a task without answers)."""
+    def validate(model) -> Validation | None:
         report = task.evaluate(model, tokenizer, dataset=task.validation, max_new_tokens=config.max_completion_length)
-        return None if report.accuracy is None else [bool(r["correct"]) for r in report.completions]
+        if report.accuracy is None:
+            return None
+        habit = report.one_answer(min_rows=HABIT_ROWS)
+        return Validation([bool(r["correct"]) for r in report.completions], habit and habit["answer"])
 
     return validate
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 import rloo_kit
 from rloo_kit import budget as budget_module
-from rloo_kit.budget import BUDGET_STEPS, STATE_FILE, VALIDATION_SHARE, TimeBudget, validation_rows
+from rloo_kit.budget import BUDGET_STEPS, STATE_FILE, VALIDATION_SHARE, TimeBudget, Validation, validation_rows
 from rloo_kit.cli import main
 
 from .helpers import BudgetClock, run_budget
@@ -65,8 +65,8 @@ def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(
     assert json.loads((tmp_path / "last" / "last.json").read_text()) == curve[-1]
 
 
-def _first_right(n: int, rows: int) -> list[bool]:
-    return [True] * n + [False] * (rows - n)
+def _first_right(n: int, rows: int) -> Validation:
+    return Validation([True] * n + [False] * (rows - n))
 
 
 def test_the_kept_step_is_the_one_right_on_the_most_validation_rows_the_later_of_equals(tmp_path, monkeypatch,
@@ -74,8 +74,8 @@ def test_the_kept_step_is_the_one_right_on_the_most_validation_rows_the_later_of
     """A held-back-sized opposites file: 8 of its 16 validation rows right at every measurement while held-out
     accuracy rose 11 -> 16 of 20; held to a lead over step 0, the run kept step 0. A later step right on as many
     rows is kept; one right on fewer is not."""
-    measured = iter([_first_right(8, 16), _first_right(8, 16)[::-1], _first_right(10, 16), _first_right(9, 16),
-                     _first_right(10, 16)])
+    measured = iter([_first_right(8, 16), Validation(_first_right(8, 16).right[::-1]), _first_right(10, 16),
+                     _first_right(9, 16), _first_right(10, 16)])
     budget = TimeBudget(5, lambda model: next(measured), tmp_path)
     saved = []
     monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
@@ -84,6 +84,22 @@ def test_the_kept_step_is_the_one_right_on_the_most_validation_rows_the_later_of
             budget._measure(step, model=None)
     assert saved == [0, 17, 51, 86] and budget.best == budget.curve[-1]
     assert "validation accuracy at step 70 (0.0 min): 0.56 (kept: step 51, 0.62)" in caplog.text
+
+
+def test_a_step_whose_replies_give_one_answer_whatever_the_row_is_not_kept(tmp_path, monkeypatch, caplog):
+    """A held-back weekday file (*Which day is 2 days after Friday?*) learned to answer 'Tuesday' to everything:
+    validation 0 -> 2 of 6, the two rows whose answer it is, and the kept step answered 0 of 8 held out against the
+    base model's 1. A step that answers one way is not kept; a later one whose answers vary again can be."""
+    measured = iter([_first_right(0, 6), Validation(_first_right(2, 6).right, one_answer="Tuesday"),
+                     _first_right(1, 6)])
+    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
+    saved = []
+    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
+    with caplog.at_level("INFO", logger="rloo_kit"):
+        for step in (0, 24, 64):
+            budget._measure(step, model=None)
+    assert saved == [0, 64] and budget.curve[1]["one_answer"] == "Tuesday" and "one_answer" not in budget.curve[2]
+    assert "step 24 (0.0 min): 0.33, most replies 'Tuesday' whatever the row (kept: step 0, 0.00)" in caplog.text
 
 
 def test_a_resumed_run_keeps_holding_its_steps_to_the_kept_one(tmp_path, monkeypatch):
@@ -144,7 +160,7 @@ def test_a_budget_measures_a_quarter_of_its_time_at_most_and_ends_nearest_its_mi
 
     def validate(model):
         clock.now += validation_seconds * (1.5 if not budget.curve else 1)  # the first pass warms up
-        return [True] * 10 if validation_seconds else None
+        return Validation([True] * 10) if validation_seconds else None
 
     budget = TimeBudget(3, validate, tmp_path)
     monkeypatch.setattr(budget, "_keep", lambda model: None)
@@ -164,9 +180,9 @@ def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
     checkpoint.mkdir()
     curve = [{"step": 0, "minutes": 0.0, "accuracy": 0.1}, {"step": 4, "minutes": 2.0, "accuracy": 0.3}]
     (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": 150.0, "curve": curve, "best": curve[1],
-                                                     "kept_rows": _first_right(3, 10)}))  # an older version's too
+                                                     "kept_rows": _first_right(3, 10).right}))  # an older version's too
     calls = []
-    budget = TimeBudget(5, lambda model: calls.append(model) or [True], tmp_path)
+    budget = TimeBudget(5, lambda model: calls.append(model) or Validation([True]), tmp_path)
 
     class State:
         global_step = 4

@@ -66,12 +66,12 @@ def test_two_processes_train_to_the_planned_step_and_write_one_adapter(tiny_mode
 
 
 def test_two_processes_killed_then_resumed(tiny_model_dir, tmp_path):
-    out, steps, log = tmp_path / "run", 8, tmp_path / "killed.log"
+    out, steps, log = tmp_path / "run", 12, tmp_path / "killed.log"
     with open(log, "w") as sink:
         proc = subprocess.Popen(launch_cmd(2, *train_args(tiny_model_dir, out, *FAST, steps=steps)), env=ENV,
                                 stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            wait_for_checkpoint(proc, out, 2, log)
+        try:  # killed at the first checkpoint: with 6 steps left, one run here finished them before the kill
+            wait_for_checkpoint(proc, out, 1, log)
         finally:
             kill_tree(proc)  # the launcher and both workers, at once
     killed_at = checkpoint_steps(out)[-1]
@@ -126,7 +126,7 @@ from tests.helpers import BudgetClock, run_budget
 
 rank = process_index()
 budget.time = clock = BudgetClock()  # each process's own: the second one's steps take longer
-run = budget.TimeBudget(1, lambda model: [True], sys.argv[1])
+run = budget.TimeBudget(1, lambda model: budget.Validation([True]), sys.argv[1])
 run._keep = lambda model: None
 state = run_budget(run, clock, lambda step: 10 + 3 * rank)
 # one write: both ranks share the launcher's stdout, and print's separate writes of "RANK" and the rest interleaved

@@ -166,6 +166,12 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     mostly = ["colour"] * 10 + ["animal"] * 2  # one answer, and it is the right one for most prompts
     assert _answered(["A colour."] * 12, mostly, labels).one_answer() is None
     assert _answered(["A colour."] * 6, golds[:6], labels).one_answer() is None  # too few replies to tell
+    assert _answered(["A colour."] * 6, golds[:6], labels).one_answer(min_rows=5)["given"] == 6  # validation's 6
+    days = ["monday", "tuesday", "wednesday", "thursday"]
+    before_tuesday = _answered(["Tuesday."] * 6, ["Monday", "Tuesday", "Thursday", "Monday", "Wednesday", "Monday"],
+                               days)
+    before_tuesday.completions[0]["predicted"] = None  # *1 day before Tuesday?*: its row's labels leave Tuesday out
+    assert before_tuesday.one_answer(min_rows=5) == {"answer": "tuesday", "replies": 6, "given": 6, "right": 1}
     same_number = _answered(["It is 7."] * 6 + ["It is 7.0."] * 6, [str(n) for n in range(12)], None).one_answer()
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 
