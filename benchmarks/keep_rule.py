@@ -55,10 +55,10 @@ def child(argv: list[str]) -> None:
 
     def recording_init(self, minutes, validate, output_dir):
         def recording(model):
-            rows = validate(model)
+            validation = validate(model)  # its one_answer goes to the curve point; the rows are recorded here
             weights = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
-            measured.append({"rows": rows, "weights": weights})
-            return rows
+            measured.append({"rows": validation and validation.right, "weights": weights})
+            return validation
         init(self, minutes, recording, output_dir)
 
     evaluate_after = pipeline.Run.evaluate_after
