@@ -58,6 +58,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
 
 
+ONE_ANSWER_MIN_ROWS = 8  # fewer held-out replies say little about a habit (validation passes ask for fewer)
+ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
+ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
+
+
 @dataclass
 class EvalReport:
     accuracy: float | None  # mean share of correct samples per prompt (None without an `answer` column)
@@ -84,7 +89,7 @@ class EvalReport:
         """Replies scored wrong that name the right answer in an earlier sentence (`rewards.answered_earlier`)."""
         return sum(bool(r.get("answered_earlier")) for r in self.completions)
 
-    def one_answer(self, min_rows: int = 8) -> dict | None:
+    def one_answer(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies give one answer whatever the prompt while it is right for far fewer (a label task's
         model that learned a favourite label, not the task; the same number to every sum): that answer, how many
         replies give it, and for how many of them it is right. None where the answers vary or it is mostly right,
@@ -121,8 +126,6 @@ def _one_value(answer: str) -> float | str:
     return answer if number is None else number
 
 
-ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
-ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
 RIGHT_CUT_MIN = 3  # right replies cut at the length limit, at least ...
 RIGHT_CUT_SHARE = 0.5  # ... and at least this share of the right ones, for the run to say so
 
