@@ -55,7 +55,7 @@ def child(argv: list[str]) -> None:
 
     def recording_init(self, minutes, validate, output_dir):
         def recording(model):
-            validation = validate(model)  # its one_answer goes to the curve point; the rows are recorded here
+            validation = validate(model)  # its marks go to the curve point; the rows are recorded here
             weights = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
             measured.append({"rows": validation and validation.right, "weights": weights})
             return validation

@@ -6,8 +6,9 @@ Nobody knows how many steps a task needs, and the last step is not always the be
 split plays no part here: it measures the kept adapter once, at the end, so choosing the step cannot flatter it.
 The kept step is the one right on the most validation rows, the later of equals: a validation split of a small file
 is 10-16 rows, on which a step that learned often scores as step 0 did, while it is the later steps that have
-trained longer (`replaces`); a step whose replies give one answer to nearly every row is not kept, however many
-rows that answer happens to be right for.
+trained longer (`replaces`); a step whose replies ignore the row (one answer to nearly every row, or right on no
+more rows than its replies would be dealt at random) is not kept, however many rows its answers happen to be right
+for, and a step right on no row does not replace step 0.
 """
 
 from __future__ import annotations
@@ -37,15 +38,38 @@ STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the 
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
 VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
+HABIT_MARKS = ("one_answer", "chance")  # a curve point's marks of replies that ignore the row (Validation.marks)
 
 
 @dataclass(frozen=True)
 class Validation:
-    """One greedy pass over the validation rows: right or not, row by row, and the answer that most replies gave
-    whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None."""
+    """One greedy pass over the validation rows: right or not, row by row; the answer that most replies gave
+    whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None; and the
+    rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`), where known."""
 
     right: list[bool]
     one_answer: str | None = None
+    chance: float | None = None
+
+    def marks(self) -> dict:
+        """What the curve point of this pass notes about replies that ignore the row: {"one_answer": answer}, or
+        {"chance": accuracy} where the replies vary but are right on no more rows than chance gives them (a
+        habit of two answers), else nothing. Only where HABIT_ROWS replies or more can say so."""
+        if self.one_answer is not None:
+            return {"one_answer": self.one_answer}
+        right = sum(self.right)
+        if self.chance is None or len(self.right) < HABIT_ROWS or not 0 < right <= self.chance + 1e-9:  # 1/3*3
+            return {}
+        return {"chance": round(self.chance / len(self.right), 3)}
+
+
+def habit_note(point: dict) -> str:
+    """The curve point's mark in words, as the step line and the run's report print it ('' where it has none)."""
+    if "one_answer" in point:
+        return f", most replies '{point['one_answer']}' whatever the row"
+    if "chance" in point:
+        return f", no better than its replies dealt to the rows at random ({point['chance']:.2f})"
+    return ""
 
 
 def validation_rows(n_train: int) -> int:
@@ -67,7 +91,8 @@ class TimeBudget(TrainerCallback):
     Where the kept step is not the last, the last step's adapter is saved to output_dir/last first, for a user who
     doubts a few validation rows to measure it beside the kept one.
 
-    `curve`: [{"step", "minutes", "accuracy"} (+ "one_answer")], `best`: the kept one of them."""
+    `curve`: [{"step", "minutes", "accuracy"} (+ "one_answer" or "chance": `Validation.marks`)], `best`: the kept
+    one of them."""
 
     def __init__(self, minutes: float, validate: Callable[[object], Validation | None], output_dir: str | Path):
         self.seconds, self.validate, self.out = 60 * minutes, validate, Path(output_dir)
@@ -166,8 +191,8 @@ class TimeBudget(TrainerCallback):
         self._measure_seconds, self._passes_timed = self.spent() - began, self._passes_timed + 1
         accuracy = sum(measured.right) / len(measured.right) if measured and measured.right else None
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
-        if accuracy is not None and measured.one_answer is not None:
-            point["one_answer"] = measured.one_answer
+        if accuracy is not None:
+            point.update(measured.marks())
         self.curve.append(point)
         self._unlogged = accuracy
         kept = accuracy is not None and replaces(point, self.best)
@@ -175,8 +200,8 @@ class TimeBudget(TrainerCallback):
             self.best = point
             self._keep(model)
         if is_main_process():
-            habit = f", most replies '{point['one_answer']}' whatever the row" if "one_answer" in point else ""
-            log.info(f"validation accuracy at step {step} ({point['minutes']:.1f} min): {_fmt(accuracy)}{habit}"
+            log.info(f"validation accuracy at step {step} ({point['minutes']:.1f} min): {_fmt(accuracy)}"
+                     f"{habit_note(point)}"
                      + (" - kept in best/" if kept else "" if self.best is None else
                         f" (kept: step {self.best['step']}, {_fmt(self.best['accuracy'])})"))
 
@@ -214,8 +239,9 @@ class TimeBudget(TrainerCallback):
 
 def replaces(point: dict, kept: dict | None) -> bool:
     """Whether a step measured as `point` (a curve point) replaces the kept step (None before step 0's): it is right on
-    as many validation rows or more, so that of equals the later is kept, and its replies do not give one answer
-    whatever the row. A held-back weekday file (*Which day is 2 days after Friday?*, 6 validation rows) learned to
+    as many validation rows or more, so that of equals the later is kept, on one row at least (a step right on none
+    has shown nothing to prefer it to the model the run began with), and its replies do not ignore the row
+    (`Validation.marks`). A held-back weekday file (*Which day is 2 days after Friday?*, 6 validation rows) learned to
     answer 'Tuesday' to everything: validation 0 -> 2 of 6, the rows whose answer it is, and held out 1 -> 0 of 8.
     Held to a lead over step 0 that chance rarely gives (a one-sided sign test at 0.2), as the kit held them before,
     runs on files of 60-100 rows kept step 0 while held-out accuracy rose: opposites 11 -> 16 of 20 held out, with 8
@@ -223,7 +249,8 @@ def replaces(point: dict, kept: dict | None) -> bool:
     rows 5 -> 7. Replayed over 17 runs of five tasks (`benchmarks/keep_rule.py`, rule "lead"), this rule was +0.05
     held out [+0.01, +0.12], better on 6 runs and worse on 1 (by a prompt), never below step 0, and on the demo's
     five seeds +0.02."""
-    return kept is None or (point["accuracy"] >= kept["accuracy"] and "one_answer" not in point)
+    return kept is None or (point["accuracy"] >= kept["accuracy"] and point["accuracy"] > 0
+                            and not any(mark in point for mark in HABIT_MARKS))
 
 
 def _fmt(accuracy: float | None) -> str:

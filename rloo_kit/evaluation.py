@@ -109,6 +109,19 @@ class EvalReport:
             return None
         return {"answer": answer, "replies": len(rows), "given": given, "right": right}
 
+    def chance_right(self) -> float | None:
+        """The rows these replies would be right on, dealt to the rows at random: what replies that do not read the
+        row score (one answer to every row, or two in turn). A held-back weekday file's replies alternated 'Tuesday'
+        and 'Sunday' whatever the day asked, right on 1 of 6 validation rows, as many as chance gives them; the one
+        answer check passes them. None without predicted answers (a task without an answer column)."""
+        rows = [r for r in self.completions if "predicted" in r]
+        if not rows:
+            return None
+        given = [r["predicted"] for r in rows if r["predicted"] is not None]
+        said, spelled = Counter(map(_one_value, given)), {_one_value(a): a for a in given}  # '7' and '7.0': one
+        return sum(n * sum(any(answers_match(spelled[value], g) for g in accepted_answers(r["answer"])) for r in rows)
+                   for value, n in said.items()) / len(rows)
+
     def right_while_cut(self) -> dict | None:
         """Where most of the right replies ran to the length limit without ending: how many were right, how many of
         those were cut, and at how many tokens. A reply cut there has not ended on its answer, and one that names

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .budget import BEST_DIR, LAST_DIR
+from .budget import BEST_DIR, LAST_DIR, habit_note
 from .diagnostics import NOT_FAILURES
 from .distributed import is_main_process
 from .errors import RunRefused
@@ -79,7 +79,7 @@ class RunReport:
     minutes: float | None = None
     budget_minutes: float | None = None  # --minutes: trained for this long, the best validation step kept
     warm_up: dict | None = None  # --tool-warm-start: the worked examples the model was warmed up on first
-    validation: dict | None = None  # {"rows", "curve": [{"step", "minutes", "accuracy", ("one_answer")}], "kept_step"}
+    validation: dict | None = None  # {"rows", "curve": [{"step", "minutes", "accuracy", (marks)}], "kept_step"}
     trained: bool = False
     adapter: str | None = None
     diagnoses: list[str] = field(default_factory=list)
@@ -106,8 +106,7 @@ class RunReport:
         out = [f"held-out accuracy: before {_fmt(self.accuracy_before)} -> after {_fmt(self.accuracy_after)}{delta} · "
                f"{self.steps} steps in {self.minutes or 0:.1f} min"]
         if self.validation and self.validation["curve"]:
-            curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']}"
-                                + (f", most replies '{p['one_answer']}'" if "one_answer" in p else "") + ")"
+            curve = " -> ".join(f"{_fmt(p['accuracy'])} (step {p['step']}{habit_note(p)})"
                                 for p in self.validation["curve"])
             kept, last = self.validation["kept_step"], self.steps or self.validation["curve"][-1]["step"]
             out.append(f"  validation ({self.validation['rows']} training rows set apart): {curve}; the adapter is "

@@ -214,7 +214,8 @@ def _validator(task: Task, tokenizer, config: RLOOConfig):
         if report.accuracy is None:
             return None
         habit = report.one_answer(min_rows=HABIT_ROWS)
-        return Validation([bool(r["correct"]) for r in report.completions], habit and habit["answer"])
+        return Validation([bool(r["correct"]) for r in report.completions], habit and habit["answer"],
+                          report.chance_right())
 
     return validate
 

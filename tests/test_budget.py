@@ -102,6 +102,30 @@ def test_a_step_whose_replies_give_one_answer_whatever_the_row_is_not_kept(tmp_p
     assert "step 24 (0.0 min): 0.33, most replies 'Tuesday' whatever the row (kept: step 0, 0.00)" in caplog.text
 
 
+def test_a_step_right_no_more_often_than_chance_or_on_no_row_is_not_kept(tmp_path, monkeypatch, caplog):
+    """A held-back weekday file's replies alternated 'Tuesday' and 'Sunday' whatever the day asked: right on 1 of 6
+    validation rows, as many as those replies dealt to the rows at random would be. Neither that step nor one right
+    on no row replaces step 0; a later one right on more rows than chance is kept."""
+    measured = iter([_first_right(1, 6), Validation(_first_right(1, 6).right, chance=1.0),
+                     Validation(_first_right(0, 6).right, chance=0.0), _first_right(1, 6),
+                     Validation(_first_right(3, 6).right, chance=1.5)])
+    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
+    saved = []
+    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
+    with caplog.at_level("INFO", logger="rloo_kit"):
+        for step in (0, 18, 30, 48, 84):
+            budget._measure(step, model=None)
+    assert saved == [0, 48, 84]
+    assert [p.get("chance") for p in budget.curve] == [None, 0.167, None, None, None]  # step 30: right on none
+    assert ("step 18 (0.0 min): 0.17, no better than its replies dealt to the rows at random (0.17) (kept: step 0, "
+            "0.17)") in caplog.text
+    first = TimeBudget(5, lambda model: _first_right(0, 6), tmp_path)
+    monkeypatch.setattr(first, "_keep", lambda model: None)
+    first._measure(0, model=None)
+    first._measure(10, model=None)
+    assert first.best["step"] == 0  # right on none throughout: the model the run began with stays
+
+
 def test_a_resumed_run_keeps_holding_its_steps_to_the_kept_one(tmp_path, monkeypatch):
     """A held-back rounding file: validation 0 of 12 at step 0, 11 at step 38, 12 at steps 76 and 116, then 4. A
     resumed run holds its next steps to the kept step of its first attempt."""

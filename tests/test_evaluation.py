@@ -176,6 +176,21 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 
 
+def test_chance_is_what_the_replies_would_be_right_on_dealt_to_the_rows_at_random():
+    """A held-back weekday file's replies alternated 'Tuesday' and 'Sunday' whatever the day asked: right on 1 of 6,
+    and dealt at random, half of them would be right on each of its two rows whose answer they name."""
+    days = ["sunday", "tuesday", "friday", "monday"]
+    golds = ["Tuesday", "Friday", "Sunday", "Monday", "Friday", "Monday"]
+    in_turn = _answered(["Tuesday.", "Sunday."] * 3, golds, days)
+    assert sum(r["correct"] for r in in_turn.completions) == 1 and in_turn.chance_right() == 1.0
+    read = _answered([f"It is {g}." for g in golds], golds, days)  # replies that read the row: right on all 6
+    # Tuesday and Sunday once each, on one row each; Friday and Monday twice each, on two rows each
+    assert read.chance_right() == pytest.approx((1 * 1 + 1 * 1 + 2 * 2 + 2 * 2) / 6)
+    sums = _answered([f"It is {n}." for n in range(8)], [str(n) for n in range(8)], None)  # every answer its own
+    assert sums.chance_right() == 1.0 and sum(r["correct"] for r in sums.completions) == 8
+    assert EvalReport(None, {}, {}, 1.0, 0.0, 1, [{"prompt": "q", "completion": "c"}]).chance_right() is None
+
+
 def test_right_replies_mostly_cut_at_the_limit_are_named_and_a_few_are_not():
     """A held-back last-letter run learned to spray letters to the 64-token limit, scored right by a looser match."""
     def report(right_cut: int, right_ended: int, wrong_cut: int = 4) -> EvalReport:

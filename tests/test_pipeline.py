@@ -71,12 +71,14 @@ def test_the_report_names_the_runs_last_step_as_the_one_in_last():
     assert "the adapter is step 0's; step 22's is in last/" in report.lines()[1]
 
 
-def test_a_budgeted_runs_report_marks_the_validation_steps_that_gave_one_answer():
+def test_a_budgeted_runs_report_marks_the_validation_steps_whose_replies_ignored_the_row():
     """A held-back yes/no file: validation 6 of 14 at step 0, then 8 of 14 with every reply 'yes', the rows whose
-    answer it is; the report says why step 0 was kept."""
+    answer it is, then replies in turn 'yes' and 'no' as right as chance; the report says why step 0 was kept."""
     curve = [{"step": 0, "minutes": 0.0, "accuracy": 0.43},
-             {"step": 22, "minutes": 2.8, "accuracy": 0.57, "one_answer": "yes"}]
+             {"step": 22, "minutes": 2.8, "accuracy": 0.57, "one_answer": "yes"},
+             {"step": 40, "minutes": 5.1, "accuracy": 0.5, "chance": 0.5}]
     report = RunReport(model="m", task="file", preset="cpu", device="cpu", accuracy_before=0.61, accuracy_after=0.61,
-                       trained=True, steps=22, validation={"rows": 14, "curve": curve, "kept_step": 0})
-    assert ("  validation (14 training rows set apart): 0.43 (step 0) -> 0.57 (step 22, most replies 'yes'); the "
-            "adapter is step 0's; step 22's is in last/") in report.lines()
+                       trained=True, steps=40, validation={"rows": 14, "curve": curve, "kept_step": 0})
+    assert ("  validation (14 training rows set apart): 0.43 (step 0) -> 0.57 (step 22, most replies 'yes' whatever "
+            "the row) -> 0.50 (step 40, no better than its replies dealt to the rows at random (0.50)); the adapter "
+            "is step 0's; step 40's is in last/") in report.lines()
