@@ -69,19 +69,26 @@ def _first_right(n: int, rows: int) -> Validation:
     return Validation([True] * n + [False] * (rows - n))
 
 
+def _measured(tmp_path, monkeypatch, validations: list[Validation], steps: tuple[int, ...]) -> tuple:
+    """A budget that measured `validations` at `steps`, and the steps it kept, in turn."""
+    measured = iter(validations)
+    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
+    saved = []
+    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
+    for step in steps:
+        budget._measure(step, model=None)
+    return budget, saved
+
+
 def test_the_kept_step_is_the_one_right_on_the_most_validation_rows_the_later_of_equals(tmp_path, monkeypatch,
                                                                                          caplog):
     """A held-back-sized opposites file: 8 of its 16 validation rows right at every measurement while held-out
     accuracy rose 11 -> 16 of 20; held to a lead over step 0, the run kept step 0. A later step right on as many
     rows is kept; one right on fewer is not."""
-    measured = iter([_first_right(8, 16), Validation(_first_right(8, 16).right[::-1]), _first_right(10, 16),
-                     _first_right(9, 16), _first_right(10, 16)])
-    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
-    saved = []
-    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
     with caplog.at_level("INFO", logger="rloo_kit"):
-        for step in (0, 17, 51, 70, 86):
-            budget._measure(step, model=None)
+        budget, saved = _measured(tmp_path, monkeypatch, [
+            _first_right(8, 16), Validation(_first_right(8, 16).right[::-1]), _first_right(10, 16),
+            _first_right(9, 16), _first_right(10, 16)], steps=(0, 17, 51, 70, 86))
     assert saved == [0, 17, 51, 86] and budget.best == budget.curve[-1]
     assert "validation accuracy at step 70 (0.0 min): 0.56 (kept: step 51, 0.62)" in caplog.text
 
@@ -90,14 +97,10 @@ def test_a_step_whose_replies_give_one_answer_whatever_the_row_is_not_kept(tmp_p
     """A held-back weekday file (*Which day is 2 days after Friday?*) learned to answer 'Tuesday' to everything:
     validation 0 -> 2 of 6, the two rows whose answer it is, and the kept step answered 0 of 8 held out against the
     base model's 1. A step that answers one way is not kept; a later one whose answers vary again can be."""
-    measured = iter([_first_right(0, 6), Validation(_first_right(2, 6).right, one_answer="Tuesday"),
-                     _first_right(1, 6)])
-    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
-    saved = []
-    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
     with caplog.at_level("INFO", logger="rloo_kit"):
-        for step in (0, 24, 64):
-            budget._measure(step, model=None)
+        budget, saved = _measured(tmp_path, monkeypatch, [
+            _first_right(0, 6), Validation(_first_right(2, 6).right, one_answer="Tuesday"), _first_right(1, 6)],
+            steps=(0, 24, 64))
     assert saved == [0, 64] and budget.curve[1]["one_answer"] == "Tuesday" and "one_answer" not in budget.curve[2]
     assert "step 24 (0.0 min): 0.33, most replies 'Tuesday' whatever the row (kept: step 0, 0.00)" in caplog.text
 
@@ -106,36 +109,26 @@ def test_a_step_right_no_more_often_than_chance_or_on_no_row_is_not_kept(tmp_pat
     """A held-back weekday file's replies alternated 'Tuesday' and 'Sunday' whatever the day asked: right on 1 of 6
     validation rows, as many as those replies dealt to the rows at random would be. Neither that step nor one right
     on no row replaces step 0; a later one right on more rows than chance is kept."""
-    measured = iter([_first_right(1, 6), Validation(_first_right(1, 6).right, chance=1.0),
-                     Validation(_first_right(0, 6).right, chance=0.0), _first_right(1, 6),
-                     Validation(_first_right(3, 6).right, chance=1.5)])
-    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
-    saved = []
-    monkeypatch.setattr(budget, "_keep", lambda model: saved.append(budget.best["step"]))
     with caplog.at_level("INFO", logger="rloo_kit"):
-        for step in (0, 18, 30, 48, 84):
-            budget._measure(step, model=None)
+        budget, saved = _measured(tmp_path, monkeypatch, [
+            _first_right(1, 6), Validation(_first_right(1, 6).right, chance=1.0),
+            Validation(_first_right(0, 6).right, chance=0.0), _first_right(1, 6),
+            Validation(_first_right(3, 6).right, chance=1.5)], steps=(0, 18, 30, 48, 84))
     assert saved == [0, 48, 84]
     assert [p.get("chance") for p in budget.curve] == [None, 0.167, None, None, None]  # step 30: right on none
     assert ("step 18 (0.0 min): 0.17, no better than its replies dealt to the rows at random (0.17) (kept: step 0, "
             "0.17)") in caplog.text
-    first = TimeBudget(5, lambda model: _first_right(0, 6), tmp_path)
-    monkeypatch.setattr(first, "_keep", lambda model: None)
-    first._measure(0, model=None)
-    first._measure(10, model=None)
-    assert first.best["step"] == 0  # right on none throughout: the model the run began with stays
+    never, saved = _measured(tmp_path, monkeypatch, [_first_right(0, 6)] * 2, steps=(0, 10))
+    assert saved == [0] and never.best["step"] == 0  # right on none throughout: the model the run began with stays
 
 
 def test_a_resumed_run_keeps_holding_its_steps_to_the_kept_one(tmp_path, monkeypatch):
     """A held-back rounding file: validation 0 of 12 at step 0, 11 at step 38, 12 at steps 76 and 116, then 4. A
     resumed run holds its next steps to the kept step of its first attempt."""
-    measured = iter([_first_right(0, 12), _first_right(11, 12), _first_right(12, 12), _first_right(12, 12),
-                     _first_right(4, 12)])
-    budget = TimeBudget(5, lambda model: next(measured), tmp_path)
-    monkeypatch.setattr(budget, "_keep", lambda model: None)
-    for step in (0, 38, 76, 116, 156):
-        budget._measure(step, model=None)
-    assert budget.best["step"] == 116
+    budget, saved = _measured(tmp_path, monkeypatch, [
+        _first_right(0, 12), _first_right(11, 12), _first_right(12, 12), _first_right(12, 12), _first_right(4, 12)],
+        steps=(0, 38, 76, 116, 156))
+    assert saved == [0, 38, 76, 116] and budget.best["step"] == 116
     checkpoint = tmp_path / "checkpoint-156"
     checkpoint.mkdir()
     budget.on_save(None, type("State", (), {"global_step": 156}), None)
