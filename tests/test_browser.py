@@ -105,7 +105,11 @@ class Lab:
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
              f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
              f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={settings}",
-             f"--LabApp.workspaces_dir={home / 'workspaces'}", "--LabApp.expose_app_in_browser=True"],
+             f"--LabApp.workspaces_dir={home / 'workspaces'}", "--LabApp.expose_app_in_browser=True",
+             # a kernel's ports are chosen, freed, then bound by the kernel: another process can take one between
+             # (a CI run: 'Address already in use' on the control port). Cached ports are reused by every restart,
+             # so the restarter failed 5 times on the same one; uncached, each restart draws new ports
+             "--KernelManager.cache_ports=False"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=root)
         self.server_log = home / "server.log"
         deadline = time.time() + 120
