@@ -112,8 +112,8 @@ class EvalReport:
     def chance_right(self) -> float | None:
         """The rows these replies would be right on, dealt to the rows at random: what replies that do not read the
         row score (one answer to every row, or two in turn). A held-back weekday file's replies alternated 'Tuesday'
-        and 'Sunday' whatever the day asked, right on 1 of 6 validation rows, as many as chance gives them; the one
-        answer check passes them. None without predicted answers (a task without an answer column)."""
+        and 'Sunday' whatever the day asked, right on 1 of 6 validation rows, about what such replies get by luck;
+        the one answer check passes them. None without predicted answers (a task without an answer column)."""
         rows = [r for r in self.completions if "predicted" in r]
         if not rows:
             return None
