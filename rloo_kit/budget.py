@@ -58,7 +58,7 @@ class Validation:
         if self.one_answer is not None:
             return {"one_answer": self.one_answer}
         right = sum(self.right)
-        if self.chance is None or len(self.right) < HABIT_ROWS or not 0 < right <= self.chance + 1e-9:  # 1/3*3
+        if self.chance is None or len(self.right) < HABIT_ROWS or not 0 < right <= self.chance + 1e-9:  # float sums
             return {}
         return {"chance": round(self.chance / len(self.right), 3)}
 

@@ -94,17 +94,15 @@ class EvalReport:
         model that learned a favourite label, not the task; the same number to every sum): that answer, how many
         replies give it, and for how many of them it is right. None where the answers vary or it is mostly right,
         or where fewer than `min_rows` replies say little about a habit."""
-        rows = [r for r in self.completions if "predicted" in r]
-        said = [r["predicted"] for r in rows if r["predicted"] is not None]
-        counts = Counter(map(_one_value, said))  # '7', '7.0' and '$7' are one answer
+        rows, counts, spelled = self._answers_given()
         if len(rows) < min_rows or not counts:
             return None
         value, given = counts.most_common(1)[0]
-        answer = next(a for a in said if _one_value(a) == value)
+        answer = spelled[value]
         # a row whose labels leave this answer out, as its question names it (*1 day before Tuesday?*), reads as no
         # label in a reply that gives it ('Tuesday.'): such replies give it all the same
         given += sum(r["predicted"] is None and is_correct(r["completion"], answer) for r in rows)
-        right = sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
+        right = _right_for(answer, rows)
         if given < ONE_ANSWER_SHARE * len(rows) or right > ONE_ANSWER_RIGHT * len(rows):
             return None
         return {"answer": answer, "replies": len(rows), "given": given, "right": right}
@@ -114,13 +112,20 @@ class EvalReport:
         row score (one answer to every row, or two in turn). A held-back weekday file's replies alternated 'Tuesday'
         and 'Sunday' whatever the day asked, right on 1 of 6 validation rows, about what such replies get by luck;
         the one answer check passes them. None without predicted answers (a task without an answer column)."""
-        rows = [r for r in self.completions if "predicted" in r]
+        rows, counts, spelled = self._answers_given()
         if not rows:
             return None
-        given = [r["predicted"] for r in rows if r["predicted"] is not None]
-        said, spelled = Counter(map(_one_value, given)), {_one_value(a): a for a in given}  # '7' and '7.0': one
-        return sum(n * sum(any(answers_match(spelled[value], g) for g in accepted_answers(r["answer"])) for r in rows)
-                   for value, n in said.items()) / len(rows)
+        return sum(n * _right_for(spelled[value], rows) for value, n in counts.items()) / len(rows)
+
+    def _answers_given(self) -> tuple[list[dict], Counter, dict]:
+        """The replies scored against an answer, how many of them give each answer ('7', '7.0' and '$7' are one),
+        and each answer as first spelled."""
+        rows = [r for r in self.completions if "predicted" in r]
+        said = [r["predicted"] for r in rows if r["predicted"] is not None]
+        spelled: dict = {}
+        for answer in said:
+            spelled.setdefault(_one_value(answer), answer)
+        return rows, Counter(map(_one_value, said)), spelled
 
     def right_while_cut(self) -> dict | None:
         """Where most of the right replies ran to the length limit without ending: how many were right, how many of
@@ -132,6 +137,11 @@ class EvalReport:
         if len(cut) < RIGHT_CUT_MIN or len(cut) < RIGHT_CUT_SHARE * len(right):
             return None
         return {"right": len(right), "cut": len(cut), "tokens": max(r["tokens"] for r in cut)}
+
+
+def _right_for(answer: str, rows: list[dict]) -> int:
+    """The rows `answer` is right for, by their accepted answers."""
+    return sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
 
 
 def _one_value(answer: str) -> float | str:

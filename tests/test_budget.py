@@ -107,8 +107,8 @@ def test_a_step_whose_replies_give_one_answer_whatever_the_row_is_not_kept(tmp_p
 
 def test_a_step_right_no_more_often_than_chance_or_on_no_row_is_not_kept(tmp_path, monkeypatch, caplog):
     """A held-back weekday file's replies alternated 'Tuesday' and 'Sunday' whatever the day asked: right on 1 of 6
-    validation rows, as many as those replies dealt to the rows at random would be. Neither that step nor one right
-    on no row replaces step 0; a later one right on more rows than chance is kept."""
+    validation rows, which such replies get by luck (here, chance: 1 row). Neither that step nor one right on no row
+    replaces step 0; a later one right on more rows than chance is kept."""
     with caplog.at_level("INFO", logger="rloo_kit"):
         budget, saved = _measured(tmp_path, monkeypatch, [
             _first_right(1, 6), Validation(_first_right(1, 6).right, chance=1.0),
