@@ -290,6 +290,8 @@ def cmd_train(args) -> int:
     seed = overrides.pop("seed", 0)  # the pre-flight's draw, the evaluation split and training share it
     if args.minutes is not None:
         overrides["minutes"] = args.minutes
+    elif args.keep == "best" and task.has_answers():
+        overrides["keep_best"] = True
     if args.prompt_pool:
         overrides["prompt_pool"] = True
     if args.spread_filter:
@@ -584,6 +586,10 @@ def _train_parser(sub) -> None:
                     "at step 0 and along the way, each best adapter (the later of equals) kept in OUTPUT_DIR/best, "
                     "and the run ends with the best as its adapter; the held-out test split is measured once, at the "
                     "end")
+    tr.add_argument("--keep", choices=("best", "last"), default="best", help="the adapter a run of --max-steps ends "
+                    "with: best = the step right on the most validation rows (training rows set apart, measured at "
+                    "step 0, along the way and at the end; the later of equals), last = the last step's; --minutes "
+                    "always keeps the best (default: best, for a task with answers)")
     tr.add_argument("--prompt-pool", action="store_true", help="draw each step's prompts from a pool that rests "
                     "prompts whose K completions all got the same reward (they teach nothing), seeded by the "
                     "pre-flight; rested prompts come back later and a fifth of each draw stays uniform (one process)")

@@ -193,7 +193,7 @@ class Run:
         self.plan, self.task, self.model, self.tokenizer = plan, task, model, tokenizer
         self.out, self.seed, self.overrides = Path(output_dir), seed, overrides
         self.out.mkdir(parents=True, exist_ok=True)
-        if overrides.get("minutes") is not None:  # validation rows set apart before anything samples the task
+        if overrides.get("minutes") is not None or overrides.get("keep_best"):  # before anything samples the task
             self.task = task = task.carve_validation(seed)
         self.report = RunReport(model=plan.model, task=task.name, preset=plan.preset.name, device=plan.hardware.device,
                                 smoke=smoke, budget_minutes=overrides.get("minutes"))

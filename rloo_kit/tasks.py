@@ -66,18 +66,22 @@ class Task:
 
     def carve_validation(self, seed: int = 0) -> Task:
         """This task with `budget.validation_rows` of its training rows set apart as `validation` (and no training
-        row left that repeats one): a run bounded by time measures them to keep its best step, and the test split
-        stays for the end. Once only."""
+        row left that repeats one): a run that keeps its best step (a time budget, or keep_best) measures them to
+        choose it, and the test split stays for the end. Once only."""
         from .budget import validation_rows
 
         if self.validation is not None:
             return self
-        if len(self.train) < 2 or "answer" not in self.train.column_names:
+        if not self.has_answers():
             raise DataError(f"Task '{self.name}' cannot set validation rows apart from its {len(self.train)} training "
-                            "rows with answers: a time budget (--minutes) chooses its best step by their accuracy. "
-                            "Give --max-steps instead, or more rows.")
+                            "rows with answers: a run that keeps its best step (--minutes, --keep best) chooses it by "
+                            "their accuracy. Give --max-steps with --keep last instead, or more rows.")
         train, validation = _split(self.train, validation_rows(len(self.train)), seed, f"{self.name}'s training rows")
         return self.replace(train=train, validation=validation)
+
+    def has_answers(self) -> bool:
+        """Whether validation rows can be set apart to choose a run's best step: two training rows with answers."""
+        return len(self.train) >= 2 and "answer" in self.train.column_names
 
     def answer_kind(self) -> str | None:
         """How its answers are told apart, where the data decided it: a label set, or a choice among each

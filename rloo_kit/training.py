@@ -24,7 +24,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
-from .budget import BUDGET_STEPS, HABIT_ROWS, TimeBudget, Validation
+from .budget import BUDGET_STEPS, HABIT_ROWS, StepBudget, TimeBudget, Validation
 from .budget import STATE_FILE as BUDGET_STATE
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
@@ -67,7 +67,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                   output_dir: str = "runs/rloo", monitor: HealthMonitor | bool = True,
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
                   eval_dataset: Dataset | None = None, live: bool = True, skip_patches: Collection[str] = (),
-                  minutes: float | None = None, prompt_pool: bool | PromptPool = False, spread_filter: bool = False,
+                  minutes: float | None = None, keep_best: bool = False, prompt_pool: bool | PromptPool = False,
+                  spread_filter: bool = False,
                   tools: Sequence[Callable] = (), max_tool_calls: int = MAX_CALLS,
                   **overrides: object) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
@@ -84,6 +85,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     minutes: train for this long rather than for max_steps (which stays a cap when given), at a constant
     learning rate, keeping the best step by greedy accuracy on validation rows carved from the task's training
     rows (`budget.TimeBudget`, `trainer.time_budget`); needs a Task with answers.
+    keep_best: a run of max_steps measures the same validation rows and ends with its best step too
+    (`budget.StepBudget`, also `trainer.time_budget`); what `minutes` does already.
     prompt_pool: draw each step's prompts from a `pool.PromptPool` (True: a fresh one over the training prompts) that
     rests prompts whose groups were flat, in place of TRL's uniform draw (`trainer.prompt_pool`); one process only.
     spread_filter: each step's log-prob passes and loss cover only its groups whose completions got different task
@@ -106,6 +109,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         live: show the run with the kit's live view in place of transformers' progress display.
         skip_patches: names of kit patches not to apply.
         minutes: a time budget in minutes (see above); none when None.
+        keep_best: keep the best validation step of a run bounded by steps (see above).
         prompt_pool: True, or a PromptPool, to draw prompts from a pool (see above); False: TRL's uniform draw.
         spread_filter: True to leave a step's flat groups out of its forward and backward passes (see above).
         tools: Python functions (or `tools.Tool`s) the model may call; the Task's when empty.
@@ -117,11 +121,13 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         `rloo_kit_patches` set.
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
-    if minutes is not None and (task is None or config is not None):
-        raise ConfigError("minutes= needs a Task (its validation rows choose the best step) and no config=: "
-                          "pass the task, and RLOOConfig fields as keyword arguments.")
+    validated = minutes is not None or keep_best
+    if validated and (task is None or config is not None):
+        raise ConfigError(f"{'minutes=' if minutes is not None else 'keep_best='} needs a Task (its validation rows "
+                          "choose the best step) and no config=: pass the task, and RLOOConfig fields as keyword "
+                          "arguments.")
     if task is not None:
-        task, overrides = _as_trained(task, tokenizer, config, minutes, overrides)
+        task, overrides = _as_trained(task, tokenizer, config, minutes, validated, overrides)
         train_dataset, reward_funcs = task.train, reward_funcs or task.reward_funcs
     if config is not None and overrides:
         raise ConfigError(f"Pass either config= or field overrides ({', '.join(overrides)}), not both: "
@@ -144,10 +150,13 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patched = patch_before_trainer(model, config, skip_patches)  # a model loaded outside the kit gets them too
-    budget = None if minutes is None else TimeBudget(minutes, _validator(task, tokenizer, config), output_dir=
-                                                       config.output_dir)
-    # a budgeted run that memorises its training prompts stops: the rest of its minutes would not help
-    monitor = HealthMonitor(stop_on=("memorisation",) if budget else ()) if monitor is True else monitor or None
+    budget = None
+    if validated:
+        validate = _validator(task, tokenizer, config)
+        budget = (TimeBudget(minutes, validate, output_dir=config.output_dir) if minutes is not None
+                  else StepBudget(validate, output_dir=config.output_dir))
+    # a run given minutes that memorises its training prompts stops: the rest of its minutes would not help
+    monitor = HealthMonitor(stop_on=("memorisation",) if minutes else ()) if monitor is True else monitor or None
     # the budget adds its measurement to a step's log before the monitor reads it
     kit_callbacks = [budget, PoolCallback(pool, config.output_dir) if pool else None, monitor]
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
@@ -168,13 +177,14 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
 
 
 def _as_trained(task: Task, tokenizer: PreTrainedTokenizerBase, config: RLOOConfig | None, minutes: float | None,
-                overrides: dict) -> tuple[Task, dict]:
+                validated: bool, overrides: dict) -> tuple[Task, dict]:
     """The task as this run trains it, and the config overrides with what the task decides beneath what was asked:
     its tools told in the model's own format where the chat template has one (as TRL does), its validation rows
-    set apart under a time budget (which leaves max_steps open, at a constant learning rate)."""
+    set apart where the best step is kept, and under a time budget max_steps left open, at a constant learning rate."""
     task = in_model_format(task, tokenizer)
-    if minutes is not None:
+    if validated:
         task = task.carve_validation(overrides.get("seed", 0))
+    if minutes is not None:
         overrides = {"max_steps": BUDGET_STEPS, "lr_scheduler_type": "constant", **overrides}
     if config is not None:
         if task.tool_format != KIT.name and not (config.chat_template_kwargs or {}).get("tools"):
@@ -311,6 +321,8 @@ def _finish_from(trainer: RLOOTrainer, checkpoint: Path) -> TrainOutput:
     and the adapter is (re)written to `output_dir/adapter`, as at the end of `train`."""
     trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
     load_checkpoint(trainer, checkpoint)  # what trainer.train(resume_from_checkpoint=...) loads
+    if getattr(trainer, "time_budget", None) is not None:  # its adapter is the step it kept, not the last
+        trainer.time_budget.finish_resumed(trainer.model, trainer.state.global_step)
     out = Path(trainer.args.output_dir)
     trainer.save_model(str(out / ADAPTER_DIR))
     barrier()

@@ -19,10 +19,11 @@ TOKEN = "hf_rlookitSentinelToken0123456789"  # a stand-in hub token that must ne
 def train_args(model_dir, out, *extra, steps: int = 12) -> list[str]:
     """`rloo-kit train` on the tiny model with the `cpu` preset: 4 completions of up to 8 tokens a step
     (2 per prompt), a checkpoint every step, 4 held-out prompts, no pre-flight (a random model has nothing
-    to learn, which the pre-flight would rightly say). Later options in `extra` win."""
+    to learn, which the pre-flight would rightly say), the last step's adapter kept (a random model's validation
+    never leads step 0's, so --keep best would end with step 0). Later options in `extra` win."""
     return ["train", "--model", str(model_dir), "--preset", "cpu", "--output-dir", str(out), "--max-steps",
             str(steps), "--save-steps", "1", "--batch-size", "4", "--num-generations", "2",
-            "--max-completion-length", "8", "--n-test", "4", "--preflight-prompts", "0", *extra]
+            "--max-completion-length", "8", "--n-test", "4", "--preflight-prompts", "0", "--keep", "last", *extra]
 
 
 def train_cmd(model_dir, out, *extra, steps: int = 12) -> list[str]:
@@ -47,14 +48,15 @@ class BudgetClock:
         return self.now
 
 
-def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float]):
+def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float], max_steps: int = 0):
     """Drive `budget` (a TimeBudget) as the Trainer does: training begins, then step after step, the one after
-    step N taking step_seconds(N) on `clock`, until the budget stops the run. Returns the TrainerState."""
+    step N taking step_seconds(N) on `clock`, until the budget stops the run (or max_steps, where given, are
+    taken). Returns the TrainerState."""
     from transformers import TrainerControl, TrainerState
 
-    state, control = TrainerState(), TrainerControl()
+    state, control = TrainerState(max_steps=max_steps), TrainerControl()
     budget.on_train_begin(None, state, control)
-    while not control.should_training_stop:
+    while not control.should_training_stop and not 0 < max_steps <= state.global_step:
         budget.on_step_begin(None, state, control)
         clock.now += step_seconds(state.global_step)
         state.global_step += 1

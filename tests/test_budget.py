@@ -1,7 +1,11 @@
 """A run bounded by time: it stops on its clock, measures validation rows carved from the training rows (never the
-test split), keeps the best step's adapter as the run's, and a resumed run continues its budget and its curve."""
+test split), keeps the best step's adapter as the run's, and a resumed run continues its budget and its curve. A run
+bounded by its steps keeps its best step the same way (StepBudget)."""
 
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -9,10 +13,18 @@ from safetensors.torch import load_file
 
 import rloo_kit
 from rloo_kit import budget as budget_module
-from rloo_kit.budget import BUDGET_STEPS, STATE_FILE, VALIDATION_SHARE, TimeBudget, Validation, validation_rows
+from rloo_kit.budget import (
+    BUDGET_STEPS,
+    STATE_FILE,
+    VALIDATION_SHARE,
+    StepBudget,
+    TimeBudget,
+    Validation,
+    validation_rows,
+)
 from rloo_kit.cli import main
 
-from .helpers import BudgetClock, run_budget
+from .helpers import BudgetClock, run_budget, train_args, train_cmd
 
 
 def test_validation_rows_are_carved_from_training_rows_never_the_test_split():
@@ -192,6 +204,49 @@ def test_a_budget_measures_a_quarter_of_its_time_at_most_and_ends_nearest_its_mi
         assert all(30 <= gap < 30 + step_seconds for gap in gaps), gaps  # every 30 s: the first step's end after
 
 
+@pytest.mark.parametrize("validation_seconds, measured", [(0, [0, 7, 14, 21, 28, 35]), (12, [0, 7, 19, 31])])
+def test_a_run_of_max_steps_measures_along_the_way_and_never_stops_on_a_clock(tmp_path, monkeypatch,
+                                                                              validation_seconds, measured):
+    """40 steps of 3 s: measured at step 0 and every 40/MEASUREMENTS steps; where a pass takes 12 s, no more often
+    than keeps measuring within a quarter of the time (the first pass warms up, so it does not count). The run takes
+    all its steps: the clock has no say (the last step is measured at train end, `test_a_run_of_max_steps_...`)."""
+    clock = BudgetClock()
+    monkeypatch.setattr(budget_module, "time", clock)
+
+    def validate(model):
+        clock.now += validation_seconds
+        return Validation([True] * 10)
+
+    budget = StepBudget(validate, tmp_path)
+    monkeypatch.setattr(budget, "_keep", lambda model: None)
+    state = run_budget(budget, clock, lambda step: 3, max_steps=40)
+    assert state.global_step == 40 and [point["step"] for point in budget.curve] == measured
+    assert budget.minutes is None and budget.best == budget.curve[-1]  # equals: the later is kept
+
+
+@pytest.mark.heavy
+def test_a_run_of_max_steps_ends_with_its_best_validation_steps_adapter(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(budget_module, "MEASUREMENTS", 3)  # every 2 of 6 steps
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    task = rloo_kit.load_task("arithmetic", n_train=40, n_test=4)
+    trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path), keep_best=True,
+                                     max_steps=6, per_device_train_batch_size=4, num_generations=2,
+                                     max_completion_length=8, save_strategy="no", live=False, learning_rate=5e-3)
+    assert trainer.args.max_steps == 6 and trainer.time_budget.minutes is None
+    right = iter([4, 12, 5, 5])  # of 20 rows: step 2's measurement is kept
+    trainer.time_budget.validate = lambda m: _first_right(next(right), 20)
+    rloo_kit.train(trainer)
+    curve, best = trainer.time_budget.curve, trainer.time_budget.best
+    assert [p["step"] for p in curve] == [0, 2, 4, 6] and best == curve[1] and trainer.state.global_step == 6
+    kept = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    best_saved = load_file(tmp_path / "best" / "adapter_model.safetensors")
+    assert kept.keys() == best_saved.keys() and all(torch.equal(kept[k], best_saved[k]) for k in kept)
+    assert any(v.abs().sum() > 0 for k, v in kept.items() if "lora_B" in k)  # step 2, trained
+    last = load_file(tmp_path / "last" / "adapter_model.safetensors")
+    assert any(not torch.equal(last[k], kept[k]) for k in kept)
+    assert json.loads((tmp_path / "last" / "last.json").read_text()) == curve[-1]
+
+
 def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
     checkpoint = tmp_path / "checkpoint-4"
     checkpoint.mkdir()
@@ -207,6 +262,36 @@ def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
     budget.on_train_begin(None, State(), None, model=None)
     assert calls == [] and budget.curve == curve and budget.best == curve[1]  # not measured again
     assert 150.0 <= budget.spent() < 160 and 140 < budget.left() <= 150
+
+
+@pytest.mark.heavy
+def test_the_command_keeps_the_best_validation_step_unless_told_to_keep_the_last(tiny_model_dir, tmp_path):
+    """A random model answers no validation row, so no trained step replaces step 0's: by default the run ends with
+    the adapter it began with (zero) and leaves its last step in last/; a resumed finished run gives the same; with
+    --keep last it ends with the last step and measures no validation rows."""
+    out, env = tmp_path / "best", {**os.environ, "TQDM_DISABLE": "1"}
+    done = subprocess.run(train_cmd(tiny_model_dir, out, "--keep", "best", steps=3), env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert [p["step"] for p in m["validation"]["curve"]][::len(m["validation"]["curve"]) - 1] == [0, 3]
+    assert m["validation"]["kept_step"] == 0 and m["steps"] == 3 and "trained 3 steps; keeping step 0" in done.stderr
+    assert "the adapter is step 0's; step 3's is in last/" in done.stdout
+    assert _lora_b_is_zero(out / "adapter") and not _lora_b_is_zero(out / "last")
+    shutil.rmtree(out / "adapter")  # as if killed after the last checkpoint: the resume writes the kept step's
+    again = subprocess.run(train_cmd(tiny_model_dir, out, "--keep", "best", "--resume", steps=3), env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "already finished" in again.stderr, again.stderr[-3000:]
+    assert _lora_b_is_zero(out / "adapter")
+    last = tmp_path / "last"
+    assert main(train_args(tiny_model_dir, last, steps=3)) == 0  # the helper's --keep last
+    m = json.loads((last / "metrics.json").read_text())
+    assert m["validation"] is None and not (last / "best").exists() and not _lora_b_is_zero(last / "adapter")
+
+
+def _lora_b_is_zero(adapter) -> bool:
+    weights = load_file(adapter / "adapter_model.safetensors")
+    return all(v.abs().sum() == 0 for k, v in weights.items() if "lora_B" in k)
 
 
 @pytest.mark.heavy

@@ -200,15 +200,20 @@ class LiveView(TrainerCallback):
         new, self._shown_diagnoses = found[self._shown_diagnoses:], len(found)
         return new
 
+    def _clock(self):
+        """The run's time budget, None where it is bounded by steps (a StepBudget keeps its best step, no clock)."""
+        budget = getattr(self.trainer, "time_budget", None)
+        return budget if budget is not None and budget.minutes is not None else None
+
     def steps(self, state, of: str = "/") -> str:
         """'12/40' (`of` between the two), or for a run bounded by time '12 (10-min budget)'."""
-        budget = getattr(self.trainer, "time_budget", None)
-        return (f"{state.global_step} ({budget.seconds / 60:g}-min budget)" if budget is not None
+        budget = self._clock()
+        return (f"{state.global_step} ({budget.minutes:g}-min budget)" if budget is not None
                 else f"{state.global_step}{of}{state.max_steps}")
 
     def progress(self, state) -> tuple[int, int]:
         """(done, total) for a progress bar: steps, or a budget's seconds."""
-        budget = getattr(self.trainer, "time_budget", None)
+        budget = self._clock()
         if budget is not None:
             return int(budget.seconds - budget.left()), max(int(budget.seconds), 1)
         return state.global_step, max(state.max_steps, 1)
@@ -217,7 +222,7 @@ class LiveView(TrainerCallback):
         """(elapsed, ETA) as h:mm:ss, the ETA from this run's own steps so far (a resumed run's too), or what
         is left of a time budget."""
         elapsed = time.time() - self._start_time
-        budget = getattr(self.trainer, "time_budget", None)
+        budget = self._clock()
         if budget is not None:
             return _hms(elapsed), _hms(budget.left())
         done = state.global_step - self._start_step
