@@ -76,10 +76,10 @@ class Thresholds:
     gold_patience: int = 2
     gold_stall: int = 3
     kl_hack_growth: float = 3.0
-    # memorisation (needs `validation/accuracy`, logged by a run given minutes: budget.TimeBudget): the training
-    # reward's mean over the window risen by memo_reward_rise above its first window's, while the latest memo_points
-    # validation measurements are none of them more than memo_validation_gain above the first (the latest, not all
-    # since: one row right once of nine, 0.00 -> 0.11 -> 0.00, kept a held-back calendar file training 144 steps
+    # memorisation (needs `validation/accuracy`, logged by a run that keeps its best step: budget.TimeBudget): the
+    # training reward's mean over the window risen by memo_reward_rise above its first window's, while the latest
+    # memo_points validation measurements are none of them more than memo_validation_gain above the first (the latest,
+    # not all since: one row right once of nine, 0.00 -> 0.11 -> 0.00, kept a held-back calendar file training 144 steps
     # on a reward that rose 0.0 -> 0.5 with validation at 0.00 five times out of six)
     memo_reward_rise: float = 0.2
     memo_validation_gain: float = 0.05
@@ -355,10 +355,10 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 f"their completions, after the {ev['rose']} rose {ev['early']:.2f} -> {ev['now']:.2f}: the policy now "
                 f"answers each training prompt one way{entropy}, so further steps learn little from them"
                 f"{' (the other rewards, such as brevity, still move it)' if alone else ''}. Not a failure in itself: "
-                "the validation curve of a run given --minutes, or the held-out evaluation, tells whether it learned "
-                "the task or settled on one answer for every prompt.",
-                "where validation has stopped rising or the reward is at its maximum, stop: a run given --minutes "
-                "keeps its best validation step (HealthMonitor(stop_on=['converged']) stops here). To learn the "
+                "the validation curve (rloo-kit train measures one unless --keep last), or the held-out evaluation, "
+                "tells whether it learned the task or settled on one answer for every prompt.",
+                "where validation has stopped rising or the reward is at its maximum, stop: a run that measures "
+                "validation keeps its best step (HealthMonitor(stop_on=['converged']) stops here). To learn the "
                 f"prompts still answered wrong, raise temperature {temp:g} -> {min(temp + 0.3, 1.5):g} or "
                 f"num_generations {g} -> {2 * g}, or draw solved prompts less (--prompt-pool).")
     if kind == "reward_hacking":
@@ -381,7 +381,8 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 f"over the latest {len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} "
                 f"over the {ev['measurements'] - 1} since the start): the policy is learning its training prompts, "
                 "not the rule that answers them.",
-                f"keep the best validation step's adapter (a run given --minutes does, and stops here); give more "
+                f"keep the best validation step's adapter (a run that measures validation does; one given --minutes "
+                f"stops here); give more "
                 f"and more varied training rows; halve learning_rate {lr:g} -> {lr / 2:g} or raise beta so that the "
                 "policy stays nearer the base model.")
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "

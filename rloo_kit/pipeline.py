@@ -44,7 +44,7 @@ SAMPLED = 2  # completions per held-out prompt sampled at the training temperatu
 CARD = "README.md"  # the output folder's own account of the run, in place of the model card TRL writes there
 # what a run leaves in its output folder, in the order the card lists them
 FILES = {ADAPTER_DIR: "the trained LoRA adapter (with its tokenizer); the base model is not copied",
-         BEST_DIR: "a run given --minutes: the best validation step's adapter, kept as it trains "
+         BEST_DIR: "a run that keeps its best step (--minutes, --keep best): that step's adapter, kept as it trains "
                    "(best.json: which step)",
          LAST_DIR: "... and, where that is not the last step, the last step's adapter, to measure beside it: "
                    "`rloo-kit eval --adapter OUTPUT_DIR/last` (last.json: which step)",
