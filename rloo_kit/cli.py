@@ -262,6 +262,9 @@ def cmd_train(args) -> int:
     if args.tool_warm_start and not args.tools:  # else it would be dropped without a word, after minutes of work
         raise ConfigError(f"--tool-warm-start {args.tool_warm_start} warms a model up on its tools, and this run has "
                           "none: add --tools (e.g. --tools calculator), or drop --tool-warm-start.")
+    if args.keep == "last" and args.minutes is not None:  # else --keep would be ignored without a word
+        raise ConfigError("--keep last with --minutes: a time budget always ends with its best validation step "
+                          "(its last one is left in OUTPUT_DIR/last). Give --max-steps N --keep last for the last.")
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
     warm_start = args.tool_warm_start and args.preflight_prompts and not (args.resume or args.print_config)

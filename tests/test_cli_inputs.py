@@ -49,6 +49,11 @@ def test_a_hub_id_without_a_hub(tripwire, capsys, tmp_path, tiny_model_dir, monk
     assert "cannot be reached" in line and "--model ./dir" in line
 
 
+def test_keeping_the_last_step_of_a_time_budget(tripwire, capsys, tmp_path, tiny_model_dir):
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--minutes", "5", "--keep", "last")
+    assert "a time budget always ends with its best validation step" in line and "--max-steps N --keep last" in line
+
+
 def test_a_file_in_another_encoding(tripwire, capsys, tmp_path, tiny_model_dir):
     path = tmp_path / "latin.jsonl"
     path.write_bytes("".join(json.dumps(r) + "\n" for r in good_rows(5)).encode()
