@@ -1,7 +1,7 @@
 """A run bounded by minutes, not steps: it trains until its time is spent, measures greedy accuracy on a
 validation split carved from the training rows at step 0 and a few times on the way, keeps the best adapter
 in `best/`, and ends with it as the run's adapter. A run bounded by its steps can keep its best step the same way
-(`StepBudget`, what `rloo-kit train` does unless told --keep last).
+(`StepBudget`: `rloo-kit train --keep best`).
 
 Nobody knows how many steps a task needs, and the last step is not always the best one. The held-out test
 split plays no part here: it measures the kept adapter once, at the end, so choosing the step cannot flatter it.

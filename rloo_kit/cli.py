@@ -267,6 +267,10 @@ def cmd_train(args) -> int:
                           "(its last one is left in OUTPUT_DIR/last). Give --max-steps N --keep last for the last.")
     out = _check_output_dir(args) if not args.print_config else Path(args.output_dir)
     plan, task = _prepare(args)
+    if args.keep == "best" and args.minutes is None and not task.has_answers():
+        raise ConfigError(f"--keep best chooses the step by its accuracy on validation rows set apart from the "
+                          f"training rows, and this task has {len(task.train)} training row(s) with answers: give a "
+                          "task with answers (--answer-column), or drop --keep best to keep the last step.")
     warm_start = args.tool_warm_start and args.preflight_prompts and not (args.resume or args.print_config)
     if args.tools and warm_start:  # a warm-start it could not give fails now, not after the pre-flight
         from .tools import demonstrating_tool
@@ -293,7 +297,7 @@ def cmd_train(args) -> int:
     seed = overrides.pop("seed", 0)  # the pre-flight's draw, the evaluation split and training share it
     if args.minutes is not None:
         overrides["minutes"] = args.minutes
-    elif args.keep == "best" and task.has_answers():
+    elif args.keep == "best":
         overrides["keep_best"] = True
     if args.prompt_pool:
         overrides["prompt_pool"] = True
@@ -589,10 +593,10 @@ def _train_parser(sub) -> None:
                     "at step 0 and along the way, each best adapter (the later of equals) kept in OUTPUT_DIR/best, "
                     "and the run ends with the best as its adapter; the held-out test split is measured once, at the "
                     "end")
-    tr.add_argument("--keep", choices=("best", "last"), default="best", help="the adapter a run of --max-steps ends "
-                    "with: best = the step right on the most validation rows (training rows set apart, measured at "
-                    "step 0, along the way and at the end; the later of equals), last = the last step's; --minutes "
-                    "always keeps the best (default: best, for a task with answers)")
+    tr.add_argument("--keep", choices=("best", "last"), help="the adapter a run of --max-steps ends with: last (the "
+                    "default) = the last step's; best = the step right on the most validation rows (training rows set "
+                    "apart, measured at step 0, along the way and at the end; the later of equals), as --minutes "
+                    "always does")
     tr.add_argument("--prompt-pool", action="store_true", help="draw each step's prompts from a pool that rests "
                     "prompts whose K completions all got the same reward (they teach nothing), seeded by the "
                     "pre-flight; rested prompts come back later and a fifth of each draw stays uniform (one process)")

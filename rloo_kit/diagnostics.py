@@ -355,7 +355,7 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 f"their completions, after the {ev['rose']} rose {ev['early']:.2f} -> {ev['now']:.2f}: the policy now "
                 f"answers each training prompt one way{entropy}, so further steps learn little from them"
                 f"{' (the other rewards, such as brevity, still move it)' if alone else ''}. Not a failure in itself: "
-                "the validation curve (rloo-kit train measures one unless --keep last), or the held-out evaluation, "
+                "the validation curve (of a run given --minutes or --keep best), or the held-out evaluation, "
                 "tells whether it learned the task or settled on one answer for every prompt.",
                 "where validation has stopped rising or the reward is at its maximum, stop: a run that measures "
                 "validation keeps its best step (HealthMonitor(stop_on=['converged']) stops here). To learn the "

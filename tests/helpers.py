@@ -19,11 +19,10 @@ TOKEN = "hf_rlookitSentinelToken0123456789"  # a stand-in hub token that must ne
 def train_args(model_dir, out, *extra, steps: int = 12) -> list[str]:
     """`rloo-kit train` on the tiny model with the `cpu` preset: 4 completions of up to 8 tokens a step
     (2 per prompt), a checkpoint every step, 4 held-out prompts, no pre-flight (a random model has nothing
-    to learn, which the pre-flight would rightly say), the last step's adapter kept (a random model's validation
-    never leads step 0's, so --keep best would end with step 0). Later options in `extra` win."""
+    to learn, which the pre-flight would rightly say). Later options in `extra` win."""
     return ["train", "--model", str(model_dir), "--preset", "cpu", "--output-dir", str(out), "--max-steps",
             str(steps), "--save-steps", "1", "--batch-size", "4", "--num-generations", "2",
-            "--max-completion-length", "8", "--n-test", "4", "--preflight-prompts", "0", "--keep", "last", *extra]
+            "--max-completion-length", "8", "--n-test", "4", "--preflight-prompts", "0", *extra]
 
 
 def train_cmd(model_dir, out, *extra, steps: int = 12) -> list[str]:

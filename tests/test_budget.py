@@ -266,9 +266,9 @@ def test_a_resumed_budget_continues_its_clock_and_curve(tmp_path):
 
 @pytest.mark.heavy
 def test_the_command_keeps_the_best_validation_step_unless_told_to_keep_the_last(tiny_model_dir, tmp_path):
-    """A random model answers no validation row, so no trained step replaces step 0's: by default the run ends with
-    the adapter it began with (zero) and leaves its last step in last/; a resumed finished run gives the same; with
-    --keep last it ends with the last step and measures no validation rows."""
+    """A random model answers no validation row, so no trained step replaces step 0's: with --keep best the run ends
+    with the adapter it began with (zero) and leaves its last step in last/; a resumed finished run gives the same;
+    by default (the last step) it ends with the last step and measures no validation rows."""
     out, env = tmp_path / "best", {**os.environ, "TQDM_DISABLE": "1"}
     done = subprocess.run(train_cmd(tiny_model_dir, out, "--keep", "best", steps=3), env=env, capture_output=True,
                           text=True, timeout=600)
@@ -284,7 +284,7 @@ def test_the_command_keeps_the_best_validation_step_unless_told_to_keep_the_last
     assert again.returncode == 0 and "already finished" in again.stderr, again.stderr[-3000:]
     assert _lora_b_is_zero(out / "adapter")
     last = tmp_path / "last"
-    assert main(train_args(tiny_model_dir, last, steps=3)) == 0  # the helper's --keep last
+    assert main(train_args(tiny_model_dir, last, steps=3)) == 0
     m = json.loads((last / "metrics.json").read_text())
     assert m["validation"] is None and not (last / "best").exists() and not _lora_b_is_zero(last / "adapter")
 

@@ -54,6 +54,12 @@ def test_keeping_the_last_step_of_a_time_budget(tripwire, capsys, tmp_path, tiny
     assert "a time budget always ends with its best validation step" in line and "--max-steps N --keep last" in line
 
 
+def test_keeping_the_best_step_of_a_task_too_small_to_set_rows_apart(tripwire, capsys, tmp_path, tiny_model_dir):
+    path = write_jsonl(tmp_path / "three.jsonl", good_rows(3))
+    line = refuse(capsys, tmp_path, tiny_model_dir, "--task", "file", "--path", path, "--n-test", "2", "--keep", "best")
+    assert "--keep best chooses the step" in line and "1 training row(s)" in line, line
+
+
 def test_a_file_in_another_encoding(tripwire, capsys, tmp_path, tiny_model_dir):
     path = tmp_path / "latin.jsonl"
     path.write_bytes("".join(json.dumps(r) + "\n" for r in good_rows(5)).encode()

@@ -111,19 +111,10 @@ def test_01_train(trained, default_model_dir):
     # greedy: the same base, the same answers; bf16 kernels flipped one of the 8 in 2 of ~35 fresh processes
     assert abs(task.evaluate(model, tok).accuracy - m["accuracy_before"]) <= ONE_PROMPT
     pre = m["preflight"]
-    # a verdict on 8 prompts (SMOKE trains whatever it says: 8 of the demo's prompts can all be wrong greedily)
-    assert isinstance(pre["ok"], bool) and len(pre["prompts"]) == 8 and pre["num_generations"] == 4
+    assert pre["ok"] and len(pre["prompts"]) == 8 and pre["num_generations"] == 4
     assert pre["zero_spread_fraction"] == sum(p["spread"] <= 1e-8 for p in pre["prompts"]) / 8
-    curve, kept = m["validation"]["curve"], m["validation"]["kept_step"]  # the best step kept (KEEP_BEST)
-    assert [p["step"] for p in curve][::len(curve) - 1] == [0, 2] and kept in (0, 2)
-
-    def moved(adapter: Path) -> bool:
-        lora_b = {k: v for k, v in load_file(adapter / "adapter_model.safetensors").items() if "lora_B" in k}
-        return bool(lora_b) and any(torch.count_nonzero(v) for v in lora_b.values())
-
-    # two steps moved the adapter: it is step 2's, or step 0's (zero) with step 2's beside it in last/
-    assert moved(Path(m["adapter"])) if kept == 2 else not moved(Path(m["adapter"])) and moved(
-        Path(m["adapter"]).parent / "last")
+    lora_b = {k: v for k, v in load_file(Path(m["adapter"]) / "adapter_model.safetensors").items() if "lora_B" in k}
+    assert lora_b and any(torch.count_nonzero(v) for v in lora_b.values())  # two steps moved the adapter
     assert (notebook_runs.EXECUTED / "01_train.ipynb").is_file()  # the executed copy the docs site renders
 
 
