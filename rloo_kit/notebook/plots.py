@@ -80,10 +80,10 @@ def plot_preflight(report):
 
 
 def plot_validation(validation: dict | None):
-    """A time-budgeted run's validation curve (RunReport.validation): greedy accuracy on the training rows set
-    apart, by step, with the step whose adapter was kept marked. None (a run of max_steps) draws nothing."""
+    """The validation curve of a run that kept its best step (RunReport.validation; --minutes or --keep best):
+    greedy accuracy on the training rows set apart, by step, with the kept step marked. None draws nothing."""
     if not validation or not validation.get("curve"):
-        print("no validation curve: the run was given steps, not minutes (MINUTES / --minutes)")
+        print("no validation curve: the run kept its last step (MINUTES or KEEP_BEST; --minutes or --keep best)")
         return None
     points = [p for p in validation["curve"] if p["accuracy"] is not None]
     fig, ax = plt.subplots(figsize=(5, 3))
