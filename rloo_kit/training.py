@@ -35,6 +35,7 @@ from .models import attach_lora, require_adapter
 from .notebook.live import attach_live_view
 from .patches import allowed, patch_before_trainer, patch_trainer
 from .patches.private import load_checkpoint
+from .pool import STATE_FILE as POOL_STATE
 from .pool import PoolCallback, PromptPool
 from .presets import (
     GPU_PRESETS,
@@ -243,12 +244,35 @@ def _use_base_as_reference(model) -> None:
         model.set_adapter("default")
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete `checkpoint-N` directory in output_dir, or None. A checkpoint is complete once
-    its trainer_state.json, written last, is there: a run killed while saving leaves one without it."""
-    ckpts = sorted((p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
-                   key=lambda p: int(p.name.split("-")[-1]))
-    return ckpts[-1] if ckpts else None
+def latest_checkpoint(output_dir: str | Path, state_files: Sequence[str] = ()) -> Path | None:
+    """The newest complete `checkpoint-N` directory in output_dir, or None. A checkpoint is complete once its
+    trainer_state.json and the kit's `state_files` (the time budget's and the pool's, which callbacks write after
+    it) are there and read as JSON: a run killed while saving leaves a checkpoint without them, or with one cut
+    short (transformers writes trainer_state.json in place), and resuming from it would fail or forget them."""
+    ckpts = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                   key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    for ckpt in ckpts:
+        unread = [name for name in (TRAINER_STATE_NAME, *state_files) if not _reads_as_json(ckpt / name)]
+        if not unread:
+            return ckpt
+        if is_main_process():
+            log.warning("%s is incomplete, passed over: %s missing or cut short (the run was stopped while saving "
+                        "it, or it was saved by a run without this one's options).", ckpt, ", ".join(unread))
+    return None
+
+
+def _reads_as_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+        return True
+    except (OSError, ValueError):  # missing, or cut short (json.JSONDecodeError and UnicodeDecodeError are ValueErrors)
+        return False
+
+
+def _state_files(trainer: RLOOTrainer) -> tuple[str, ...]:
+    """The files the kit's callbacks add to each checkpoint of this trainer."""
+    return tuple(name for name, owner in ((BUDGET_STATE, "time_budget"), (POOL_STATE, "prompt_pool"))
+                 if getattr(trainer, owner, None) is not None)
 
 
 def train(trainer: RLOOTrainer, *, resume: bool = False) -> TrainOutput:
@@ -269,7 +293,7 @@ def train(trainer: RLOOTrainer, *, resume: bool = False) -> TrainOutput:
         TRL's TrainOutput: the steps taken, the mean training loss and the metrics.
     """
     out = Path(trainer.args.output_dir)
-    checkpoint = latest_checkpoint(out) if resume else None
+    checkpoint = latest_checkpoint(out, _state_files(trainer)) if resume else None
     if checkpoint is not None and _finished(trainer, checkpoint) and allowed("load_checkpoint"):
         return _finish_from(trainer, checkpoint)  # else transformers' own resume: one step past max_steps
     if resume and is_main_process():

@@ -88,9 +88,18 @@ def free_port() -> int:
 
 
 def checkpoint_steps(out: Path) -> list[int]:
-    """The steps of the complete checkpoints in a run's output directory, in order."""
+    """The steps of the complete checkpoints in a run's output directory, in order: trainer_state.json, which
+    transformers writes last and in place, there and whole."""
     return sorted(int(p.name.split("-")[1]) for p in Path(out).glob("checkpoint-*")
-                  if (p / "trainer_state.json").is_file())
+                  if _whole_json(p / "trainer_state.json"))
+
+
+def _whole_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def final_state(out: Path) -> dict:

@@ -11,6 +11,8 @@ import pytest
 from safetensors.torch import load_file
 
 import rloo_kit
+from rloo_kit.budget import STATE_FILE as BUDGET_STATE
+from rloo_kit.training import latest_checkpoint
 
 from .helpers import train_cmd
 
@@ -44,6 +46,26 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     assert logged == list(range(1, STEPS + 1))  # steps before the kill were kept, none repeated
     model, _ = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     assert rloo_kit.load_adapter(model, out / "adapter") is not None
+
+
+def test_a_checkpoint_cut_short_is_passed_over_for_the_one_before(tmp_path, caplog):
+    """A kill while saving leaves the newest checkpoint's trainer_state.json cut short (transformers writes it in
+    place) or without the kit's state, which its callbacks write after it: resume from the one before."""
+    for step in (2, 4, 6):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        (tmp_path / f"checkpoint-{step}" / BUDGET_STATE).write_text(json.dumps({"spent_seconds": 1.0}))
+    (tmp_path / "checkpoint-6" / "trainer_state.json").write_text('{"global_step": 6, "log_hi')
+    (tmp_path / "checkpoint-4" / BUDGET_STATE).unlink()
+
+    with caplog.at_level("WARNING", logger="rloo_kit"):
+        assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-4"  # a run without a budget reads no budget.json
+        assert latest_checkpoint(tmp_path, (BUDGET_STATE,)) == tmp_path / "checkpoint-2"
+    passed_over = [r.getMessage() for r in caplog.records if "passed over" in r.getMessage()]
+    assert "checkpoint-6 is incomplete" in passed_over[0] and "trainer_state.json" in passed_over[0]
+    assert "checkpoint-4 is incomplete" in passed_over[-1] and BUDGET_STATE in passed_over[-1]
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("")
+    assert latest_checkpoint(tmp_path, (BUDGET_STATE,)) is None
 
 
 @pytest.mark.heavy
