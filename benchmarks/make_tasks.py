@@ -16,8 +16,8 @@ files would be, of each kind a user brings (benchmarks/preflight_verdicts.py say
 - added when a held-back file of its kind trained to replies a whole-word match scored right ('seven hundred and
   seventy-zero' for 'seventy'): numbers to write in words (columns request, spelled; answers of one to two words).
 
-parity.csv and units.csv are not written here: they were held-back files (docs/benchmarks.md), kept as they were
-measured.
+parity.csv, units.csv and past_tense.jsonl are not written here: they were held-back files (docs/benchmarks.md), kept
+as they were measured.
 
     .venv/bin/python benchmarks/make_tasks.py   # -> benchmarks/tasks/*
 """

@@ -54,6 +54,9 @@ CASES = {
     "spelled_numbers": ("learns; numbers to write in words, answers of one or two words (columns request/spelled)",
                         ["--task", "file", "--path", str(TASKS / "spelled_numbers.csv"), "--prompt-column", "request",
                          "--answer-column", "spelled"]),
+    "past_tense": ("learns; past tense of verbs, word answers (columns verb_q/past)",
+                   ["--task", "file", "--path", str(TASKS / "past_tense.jsonl"), "--prompt-column", "verb_q",
+                    "--answer-column", "past"]),
     "demo": ("the demo: arithmetic, 16 tokens", ["--task", "arithmetic"]),
     "reverse_letters": ("hopeless", ["--task", "file", "--path", str(TASKS / "reverse_letters.jsonl")]),
 }
@@ -163,6 +166,8 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--colder", type=float, default=None, metavar="T",
                     help="also train each task and seed at --temperature T, as asked (an arm of its own)")
+    ap.add_argument("--no-t1", action="store_true", help="train no temperature-1 arm beside a fitted one: a --colder "
+                    "comparison only")
     ap.add_argument("--note", default="", help="the conditions of the runs, for the results page")
     ap.add_argument("--reuse", action="store_true", help="read the finished runs already in runs/bench-sampling that "
                     "the same code and settings made (common.run_stamp), or recorded in the results; train the "
@@ -175,9 +180,11 @@ def main() -> None:
         for seed in args.seeds:
             fitted = run(name, "fitted", seed, args.max_steps, args.reuse or args.report_only, not args.report_only)
             runs.append(fitted)
-            if fitted["temperature"] != 1.0:  # the fit changed the setup (or is unknown): train 1.0 beside it
+            if fitted["temperature"] != 1.0 and not args.no_t1:  # the fit changed the setup: train 1.0 beside it
                 runs.append(run(name, "t1", seed, args.max_steps, args.reuse or args.report_only, not args.report_only))
-            if args.colder is not None:
+            if args.colder is not None and fitted["temperature"] == args.colder:  # one setup: trained once
+                runs.append({**fitted, "arm": f"t{args.colder:g}"})
+            elif args.colder is not None:
                 runs.append(run(name, f"t{args.colder:g}", seed, args.max_steps, args.reuse or args.report_only,
                                 not args.report_only))
     table = ["| task | kind | verdict at the defaults | fitted temperature | greedy right (pre-flight) | pre-flight s "
