@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from rloo_kit.training import _reads_as_json
+
 from .conftest import REPO
 
 DDP_CONFIG = REPO / "configs" / "accelerate" / "ddp.yaml"
@@ -89,17 +91,9 @@ def free_port() -> int:
 
 def checkpoint_steps(out: Path) -> list[int]:
     """The steps of the complete checkpoints in a run's output directory, in order: trainer_state.json, which
-    transformers writes last and in place, there and whole."""
+    transformers writes last and in place, there and whole (the kit's rule, `training.latest_checkpoint`)."""
     return sorted(int(p.name.split("-")[1]) for p in Path(out).glob("checkpoint-*")
-                  if _whole_json(p / "trainer_state.json"))
-
-
-def _whole_json(path: Path) -> bool:
-    try:
-        json.loads(path.read_text())
-        return True
-    except (OSError, ValueError):
-        return False
+                  if _reads_as_json(p / "trainer_state.json"))
 
 
 def final_state(out: Path) -> dict:
