@@ -186,7 +186,9 @@ class TimeBudget(TrainerCallback):
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if model is not None and self.curve and self.curve[-1]["step"] != state.global_step:
             self._measure(state.global_step, model)  # stopped by another callback (the health monitor), not the clock
-        kept_earlier = self.best is not None and self.best["step"] != state.global_step and model is not None
+        # the last step's point is the curve's last; a step kept before it, or in best/ by a resumed run's first
+        # attempt after its checkpoint (of the same number, maybe), is another point
+        kept_earlier = self.best is not None and model is not None and self.best != self.curve[-1]
         if is_main_process():
             shutil.rmtree(self.out / LAST_DIR, ignore_errors=True)  # an earlier attempt's, which this run replaces
             if kept_earlier:
@@ -232,28 +234,44 @@ class TimeBudget(TrainerCallback):
             self._save(model, BEST_DIR, self.best)
 
     def _save(self, model, folder: str, point: dict) -> None:
-        """The model's adapter in output_dir/`folder`, with `folder`.json saying which step it is."""
-        model.save_pretrained(str(self.out / folder))
-        (self.out / folder / f"{folder}.json").write_text(json.dumps(point))
+        """The model's adapter in output_dir/`folder`, with `folder`.json (written last) saying which step it is.
+        Written beside it and renamed into place: a run killed while saving keeps the adapter saved before."""
+        final, partial, old = self.out / folder, self.out / f".{folder}.partial", self.out / f".{folder}.old"
+        shutil.rmtree(partial, ignore_errors=True)
+        model.save_pretrained(str(partial))
+        (partial / f"{folder}.json").write_text(json.dumps(point))
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        partial.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
 
     def _restore(self, model) -> None:
         from peft import load_peft_weights, set_peft_model_state_dict
 
         weights = self._best_weights
-        if weights is None and (self.out / BEST_DIR / "adapter_config.json").is_file():
+        if weights is None and self.best is not None and saved_point(self.out, BEST_DIR) == self.best:
             weights = load_peft_weights(str(self.out / BEST_DIR))  # a resumed run's best, from disk
+        elif weights is None and is_main_process():
+            log.warning(f"{BEST_DIR}/ does not hold the kept step's adapter: the run ends with its last step's")
         if weights is not None:
             set_peft_model_state_dict(model, weights)
 
     def _resume(self, step: int) -> None:
+        """The budget's state at checkpoint-`step`. Where best/ holds a step measured after that checkpoint (kept
+        before the run was stopped, between two checkpoints), that step stays kept: it replaced the checkpoint's."""
         saved = self.out / f"checkpoint-{step}" / STATE_FILE
         if step and saved.is_file():
             state = json.loads(saved.read_text())
             self._spent_before, self.curve, self.best = state["spent_seconds"], state["curve"], state["best"]
             self._start = time.time()
+            on_disk = saved_point(self.out, BEST_DIR)
+            if on_disk is not None and on_disk["step"] > step and replaces(on_disk, self.best):
+                self.best = on_disk
             if is_main_process():
                 log.info(f"{self._spent_before / 60:.1f} min spent before the resume; kept so far: step "
-                         f"{self.best['step'] if self.best else '-'}")
+                         f"{self.best['step'] if self.best else '-'}"
+                         + (f" (in {BEST_DIR}/, measured after checkpoint-{step})" if self.best is on_disk else ""))
 
 
 class StepBudget(TimeBudget):
@@ -279,6 +297,14 @@ class StepBudget(TimeBudget):
         if is_main_process() and self.curve:
             log.info(f"trained {state.global_step} steps; {self._kept()}")
         return control
+
+
+def saved_point(output_dir: Path, folder: str) -> dict | None:
+    """The curve point of the adapter saved in output_dir/`folder` (its `folder`.json), None where there is none."""
+    try:
+        return json.loads((output_dir / folder / f"{folder}.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def replaces(point: dict, kept: dict | None) -> bool:

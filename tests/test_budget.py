@@ -151,6 +151,60 @@ def test_a_resumed_run_keeps_holding_its_steps_to_the_kept_one(tmp_path, monkeyp
     assert resumed.best["step"] == 116 and [p["step"] for p in resumed.curve] == [0, 38, 76, 116, 156, 196]
 
 
+class _Adapter:
+    """A model whose save_pretrained writes `weights` into the folder, failing halfway where `fail` is set."""
+
+    def __init__(self, weights: str, fail: bool = False):
+        self.weights, self.fail = weights, fail
+
+    def save_pretrained(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "adapter_model.safetensors"), "w") as f:
+            f.write(self.weights[:3] if self.fail else self.weights)
+        if self.fail:
+            raise KeyboardInterrupt  # stopped while writing
+
+
+def test_a_run_stopped_while_saving_its_best_step_keeps_the_one_saved_before(tmp_path):
+    budget = TimeBudget(5, lambda model: None, tmp_path)
+    budget._save(_Adapter("step 4's adapter"), "best", {"step": 4, "minutes": 1.0, "accuracy": 0.5})
+    with pytest.raises(KeyboardInterrupt):
+        budget._save(_Adapter("step 8's adapter", fail=True), "best", {"step": 8, "minutes": 2.0, "accuracy": 0.6})
+    assert (tmp_path / "best" / "adapter_model.safetensors").read_text() == "step 4's adapter"
+    assert budget_module.saved_point(tmp_path, "best")["step"] == 4
+    budget._save(_Adapter("step 9's adapter"), "best", {"step": 9, "minutes": 2.5, "accuracy": 0.6})
+    assert (tmp_path / "best" / "adapter_model.safetensors").read_text() == "step 9's adapter"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # nothing half-written left beside it
+
+
+def test_a_step_kept_after_the_last_checkpoint_stays_kept_on_resume(tmp_path, caplog):
+    """Ctrl-C between two checkpoints: best/ holds step 6, measured after checkpoint-4, whose state kept step 4.
+    The resumed run keeps step 6 (it replaced step 4 by the rule); best/ of another step is not taken for it."""
+    curve = [{"step": 0, "minutes": 0.0, "accuracy": 0.1}, {"step": 4, "minutes": 2.0, "accuracy": 0.3}]
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / STATE_FILE).write_text(json.dumps({"spent_seconds": 150.0, "curve": curve,
+                                                                    "best": curve[1]}))
+    later = {"step": 6, "minutes": 3.0, "accuracy": 0.4}
+    TimeBudget(5, lambda model: None, tmp_path)._save(_Adapter("step 6's"), "best", later)
+    resumed = TimeBudget(5, lambda model: None, tmp_path)
+    with caplog.at_level("INFO", logger="rloo_kit"):
+        resumed._resume(4)
+    assert resumed.best == later and resumed.curve == curve and "(in best/, measured after checkpoint-4)" in caplog.text
+    resumed.validate = lambda model: _first_right(3, 10)  # step 6 again, this time below the kept one
+    done = []
+    resumed._save = lambda model, folder, point: done.append((folder, point["step"]))
+    resumed._restore = lambda model: done.append(("restored", resumed.best["step"]))
+    resumed.on_train_end(None, type("State", (), {"global_step": 6}), None, model=object())
+    assert resumed.best == later and done == [("last", 6), ("restored", 6)]  # best/'s step 6, not this one
+
+    (tmp_path / "best" / "best.json").write_text(json.dumps({**later, "step": 2}))  # not the kept step's adapter
+    stale = TimeBudget(5, lambda model: None, tmp_path)
+    stale._resume(4)
+    with caplog.at_level("WARNING", logger="rloo_kit"):
+        stale._restore(model=None)
+    assert stale.best == curve[1] and "best/ does not hold the kept step's adapter" in caplog.text
+
+
 @pytest.mark.parametrize("last_rows, kept_step", [(_first_right(9, 10), 7), (_first_right(4, 10), 0)])
 def test_a_run_the_health_monitor_stops_has_its_last_step_measured(tmp_path, monkeypatch, last_rows, kept_step):
     """The monitor stopped a held-back multiple-choice run at step 22 on memorisation, between two measurements:
