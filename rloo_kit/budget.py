@@ -299,12 +299,17 @@ class StepBudget(TimeBudget):
         return control
 
 
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`, None where it is missing or cut short (a run stopped while writing it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+
+
 def saved_point(output_dir: Path, folder: str) -> dict | None:
     """The curve point of the adapter saved in output_dir/`folder` (its `folder`.json), None where there is none."""
-    try:
-        return json.loads((output_dir / folder / f"{folder}.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json(output_dir / folder / f"{folder}.json")
 
 
 def replaces(point: dict, kept: dict | None) -> bool:

@@ -24,7 +24,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
-from .budget import BUDGET_STEPS, HABIT_ROWS, StepBudget, TimeBudget, Validation
+from .budget import BUDGET_STEPS, HABIT_ROWS, StepBudget, TimeBudget, Validation, read_json
 from .budget import STATE_FILE as BUDGET_STATE
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
@@ -252,21 +252,13 @@ def latest_checkpoint(output_dir: str | Path, state_files: Sequence[str] = ()) -
     ckpts = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
                    key=lambda p: int(p.name.split("-")[-1]), reverse=True)
     for ckpt in ckpts:
-        unread = [name for name in (TRAINER_STATE_NAME, *state_files) if not _reads_as_json(ckpt / name)]
+        unread = [name for name in (TRAINER_STATE_NAME, *state_files) if read_json(ckpt / name) is None]
         if not unread:
             return ckpt
         if is_main_process():
             log.warning("%s is incomplete, passed over: %s missing or cut short (the run was stopped while saving "
                         "it, or it was saved by a run without this one's options).", ckpt, ", ".join(unread))
     return None
-
-
-def _reads_as_json(path: Path) -> bool:
-    try:
-        json.loads(path.read_text(encoding="utf-8"))
-        return True
-    except (OSError, ValueError):  # missing, or cut short (json.JSONDecodeError and UnicodeDecodeError are ValueErrors)
-        return False
 
 
 def _state_files(trainer: RLOOTrainer) -> tuple[str, ...]:

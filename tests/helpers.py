@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rloo_kit.training import _reads_as_json
+from rloo_kit.budget import read_json
 
 from .conftest import REPO
 
@@ -93,7 +93,7 @@ def checkpoint_steps(out: Path) -> list[int]:
     """The steps of the complete checkpoints in a run's output directory, in order: trainer_state.json, which
     transformers writes last and in place, there and whole (the kit's rule, `training.latest_checkpoint`)."""
     return sorted(int(p.name.split("-")[1]) for p in Path(out).glob("checkpoint-*")
-                  if _reads_as_json(p / "trainer_state.json"))
+                  if read_json(p / "trainer_state.json") is not None)
 
 
 def final_state(out: Path) -> dict:
