@@ -9,7 +9,8 @@ The kept step is the one right on the most validation rows, the later of equals:
 is 10-16 rows, on which a step that learned often scores as step 0 did, while it is the later steps that have
 trained longer (`replaces`); a step whose replies ignore the row (one answer to nearly every row, or right on no
 more rows than its replies would be dealt at random) is not kept, however many rows its answers happen to be right
-for, and a step right on no row does not replace step 0.
+for, and a step right on no row does not replace step 0. A budget whose validation rows are all right, twice running,
+while its training groups have gone flat stops there (`TimeBudget.stops_solved`): no later step could be kept for more.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY, Thresholds
 from .distributed import agreed, is_main_process
 
 log = logging.getLogger("rloo_kit")
@@ -40,6 +42,11 @@ MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy p
 VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
 HABIT_MARKS = ("one_answer", "chance")  # a curve point's marks of replies that ignore the row (Validation.marks)
+# solved (`TimeBudget.stops_solved`): the latest steps over which nine groups in ten (the health monitor's share)
+# were flat. A held-back first-letter file was right on all 12 validation rows from step 7 and flat from step 16 (the
+# monitor's `converged`; after it, one step in five or six had a group of its four with a wrong sample), and spent
+# 50 more steps, 6 of its 8 minutes, keeping a step as right as step 7's
+SOLVED_FLAT_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,8 @@ class TimeBudget(TrainerCallback):
         self._unlogged: float | None = None  # a measurement the next log has not carried yet
         self._step_began = self._step_seconds = self._measure_seconds = 0.0  # the latest step's and measurement's
         self._steps_timed = self._passes_timed = 0  # by this process: its first of each carries its warm-up
+        self.solved_at: int | None = None  # the step a solved run stopped at (`stops_solved`)
+        self._flat: list[float] = []  # by logged step: the share of its groups flat in the answer's reward
 
     def spent(self) -> float:
         """Seconds of the budget spent so far."""
@@ -138,7 +147,26 @@ class TimeBudget(TrainerCallback):
                          f"{self.spent() / 60:.1f} min spent; {self._kept()}")
         elif due:
             self._measure(state.global_step, model)
+            if agreed(self.stops_solved()):
+                control.should_training_stop = True
+                self.solved_at = state.global_step
+                if is_main_process():
+                    log.info(f"time budget of {self.seconds / 60:g} min: stopped at step {state.global_step}, "
+                             f"{self.spent() / 60:.1f} min spent, solved: every validation row right at steps "
+                             f"{self.curve[-2]['step']} and {self.curve[-1]['step']}, and the training prompts "
+                             f"answered one way over the last {SOLVED_FLAT_STEPS} steps, so no later step could be "
+                             f"kept for more; {self._kept()}")
         return control
+
+    def stops_solved(self) -> bool:
+        """Whether the budget stops here, solved: the latest two measurements right on every validation row, as
+        steps to keep (no mark of replies that ignore the row), and the groups of the last SOLVED_FLAT_STEPS steps
+        flat at the health monitor's share. The rest of the budget could keep no step right on more rows, and flat
+        groups teach RLOO nothing more."""
+        latest = self.curve[-2:]
+        return (len(latest) == 2 and all(p["accuracy"] == 1 and not any(m in p for m in HABIT_MARKS) for p in latest)
+                and len(self._flat) >= SOLVED_FLAT_STEPS
+                and sum(self._flat[-SOLVED_FLAT_STEPS:]) >= SOLVED_FLAT_STEPS * Thresholds.zero_std_frac)
 
     def _kept(self) -> str:
         return (f"keeping step {self.best['step']} (validation accuracy {self.best['accuracy']:.2f})" if self.best
@@ -171,9 +199,13 @@ class TimeBudget(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The latest measurement rides on the next training log as `validation/accuracy` (step 0's on step 1's),
-        so that the health monitor and the live view, which read the logs, see it."""
-        if logs is not None and "reward" in logs and self._unlogged is not None:
-            logs[VALIDATION_KEY], self._unlogged = self._unlogged, None
+        so that the health monitor and the live view, which read the logs, see it; the share of the step's groups
+        flat in the answer's reward is kept for `stops_solved`."""
+        if logs is not None and "reward" in logs:
+            share = next((logs[k] for k in (ANSWER_SPREAD_KEY, SPREAD_KEY, "frac_reward_zero_std") if k in logs), None)
+            self._flat.append(share if share is not None else 0.0)
+            if self._unlogged is not None:
+                logs[VALIDATION_KEY], self._unlogged = self._unlogged, None
         return control
 
     def on_save(self, args, state, control, **kwargs):
@@ -291,6 +323,9 @@ class StepBudget(TimeBudget):
 
     def _stop_now(self, measurement_due: bool) -> bool:
         return False
+
+    def stops_solved(self) -> bool:
+        return False  # a run of steps trains the steps it was given
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         control = super().on_train_end(args, state, control, model=model, **kwargs)

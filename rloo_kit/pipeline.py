@@ -111,6 +111,9 @@ class RunReport:
             kept, last = self.validation["kept_step"], self.steps or self.validation["curve"][-1]["step"]
             out.append(f"  validation ({self.validation['rows']} training rows set apart): {curve}; the adapter is "
                        f"step {kept}'s" + (f"; step {last}'s is in {LAST_DIR}/" if kept not in (None, last) else ""))
+            if (solved := self.validation.get("solved_at")) is not None:
+                out.append(f"  stopped at step {solved}, solved: every validation row right twice running and its "
+                           "training prompts answered one way, so the rest of the budget was not spent")
         if self.paired:
             out.append(f"  {PairedChange(**self.paired)}")
         if self.sampled_before and self.sampled_before.get("accuracy") is not None:
@@ -346,7 +349,8 @@ class Run:
         budget = self.trainer.time_budget
         if budget is not None:
             self.report.validation = {"rows": len(self.task.validation), "curve": budget.curve,
-                                      "kept_step": budget.best["step"] if budget.best else None}
+                                      "kept_step": budget.best["step"] if budget.best else None,
+                                      "solved_at": budget.solved_at}
 
     def evaluate_after(self) -> EvalReport:
         model = self.trainer.model if self.trainer else self.model

@@ -49,10 +49,11 @@ class BudgetClock:
         return self.now
 
 
-def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float], max_steps: int = 0):
+def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float], max_steps: int = 0,
+               logs: Callable[[int], dict] | None = None):
     """Drive `budget` (a TimeBudget) as the Trainer does: training begins, then step after step, the one after
-    step N taking step_seconds(N) on `clock`, until the budget stops the run (or max_steps, where given, are
-    taken). Returns the TrainerState."""
+    step N taking step_seconds(N) on `clock` and logging logs(N + 1) where given, until the budget stops the run
+    (or max_steps, where given, are taken). Returns the TrainerState."""
     from transformers import TrainerControl, TrainerState
 
     state, control = TrainerState(max_steps=max_steps), TrainerControl()
@@ -62,6 +63,8 @@ def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float],
         clock.now += step_seconds(state.global_step)
         state.global_step += 1
         budget.on_step_end(None, state, control)
+        if logs is not None:  # the Trainer logs a step after its on_step_end
+            budget.on_log(None, state, control, logs=logs(state.global_step))
     return state
 
 

@@ -23,6 +23,7 @@ from rloo_kit.budget import (
     validation_rows,
 )
 from rloo_kit.cli import main
+from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY
 
 from .helpers import BudgetClock, run_budget, train_args, train_cmd
 
@@ -276,6 +277,41 @@ def test_a_run_of_max_steps_measures_along_the_way_and_never_stops_on_a_clock(tm
     state = run_budget(budget, clock, lambda step: 3, max_steps=40)
     assert state.global_step == 40 and [point["step"] for point in budget.curve] == measured
     assert budget.minutes is None and budget.best == budget.curve[-1]  # equals: the later is kept
+
+
+@pytest.mark.parametrize("kind, last_right, flat_shares, stopped", [
+    ("budget", 12, (1.0,), True),  # all rows right twice, groups flat: solved
+    ("budget", 12, (1.0, 1.0, 0.75, 1.0, 1.0, 1.0), True),  # now and then a wrong sample: solved all the same
+    ("budget", 11, (1.0,), False),  # a row still wrong: a later step could be kept for more
+    ("budget", 12, (0.75,), False),  # a group in four with spread at every step: the run still learns from them
+    ("steps", 12, (1.0,), False),  # a run of steps trains the steps it was given
+])
+def test_a_budget_right_on_every_validation_row_while_its_groups_are_flat_stops_solved(
+        tmp_path, monkeypatch, kind, last_right, flat_shares, stopped):
+    """A held-back first-letter file was right on all 12 validation rows from step 7 and answered every training
+    prompt one way from step 16, then spent 50 more steps, 6 of its 8 minutes, keeping a step no better than step
+    7. A budget now stops at the measurement that makes two of all rows right, once its groups have been flat for
+    SOLVED_FLAT_STEPS steps (nine groups in ten, as the health monitor counts them flat): the steps after could keep
+    nothing right on more rows."""
+    clock = BudgetClock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    rows = iter([_first_right(8, 12), _first_right(12, 12), *[_first_right(last_right, 12)] * 99])
+    budget = (TimeBudget(8, lambda model: next(rows), tmp_path) if kind == "budget"
+              else StepBudget(lambda model: next(rows), tmp_path))
+    monkeypatch.setattr(budget, "_keep", lambda model: None)
+
+    def logs(step):  # groups with spread to step 15, then flat at `flat_shares`, in turn
+        return {"reward": 0.6, SPREAD_KEY: 0.5 if step <= 15 else 0.9,
+                ANSWER_SPREAD_KEY: 0.25 if step <= 15 else flat_shares[step % len(flat_shares)]}
+
+    state = run_budget(budget, clock, lambda step: 6, max_steps=0 if kind == "budget" else 120, logs=logs)
+    steps = [p["step"] for p in budget.curve]
+    if stopped:
+        assert budget.solved_at == state.global_step == steps[-1] and state.global_step < 40  # of 80 in 8 min
+        assert budget.spent() < 240 and budget.curve[-2]["accuracy"] == budget.curve[-1]["accuracy"] == 1
+        assert sum(p["step"] > 15 for p in budget.curve) <= 2  # stopped at the first chance: flat from step 16
+    else:
+        assert budget.solved_at is None and state.global_step >= 78
 
 
 @pytest.mark.heavy

@@ -69,6 +69,16 @@ def test_the_report_names_the_runs_last_step_as_the_one_in_last():
     report = RunReport(model="m", task="file", preset="cpu", device="cpu", trained=True, steps=22,
                        validation={"rows": 13, "curve": curve, "kept_step": 0})
     assert "the adapter is step 0's; step 22's is in last/" in report.lines()[1]
+    assert not any("solved" in line for line in report.lines())
+
+
+def test_a_budgeted_run_that_stopped_solved_says_so():
+    """A held-back first-letter file right on its 12 validation rows at two measurements running, its groups flat."""
+    curve = [{"step": 0, "minutes": 0.1, "accuracy": 0.83}, {"step": 7, "minutes": 1.5, "accuracy": 1.0},
+             {"step": 20, "minutes": 3.0, "accuracy": 1.0}]
+    report = RunReport(model="m", task="file", preset="cpu", device="cpu", trained=True, steps=20,
+                       validation={"rows": 12, "curve": curve, "kept_step": 20, "solved_at": 20})
+    assert report.lines()[2].startswith("  stopped at step 20, solved: every validation row right twice running")
 
 
 def test_a_budgeted_runs_report_marks_the_validation_steps_whose_replies_ignored_the_row():
