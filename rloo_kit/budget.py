@@ -148,7 +148,7 @@ class TimeBudget(TrainerCallback):
         elif due:
             self._measure(state.global_step, model)
             if agreed(self.stops_solved()):
-                control.should_training_stop = True
+                control.should_training_stop = control.should_save = True  # a checkpoint --resume finds finished
                 self.solved_at = state.global_step
                 if is_main_process():
                     log.info(f"time budget of {self.seconds / 60:g} min: stopped at step {state.global_step}, "
@@ -212,7 +212,7 @@ class TimeBudget(TrainerCallback):
         checkpoint = self.out / f"checkpoint-{state.global_step}"
         if is_main_process() and checkpoint.is_dir():
             (checkpoint / STATE_FILE).write_text(json.dumps({"spent_seconds": self.spent(), "curve": self.curve,
-                                                             "best": self.best}))
+                                                             "best": self.best, "solved_at": self.solved_at}))
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -296,6 +296,7 @@ class TimeBudget(TrainerCallback):
         if step and saved.is_file():
             state = json.loads(saved.read_text())
             self._spent_before, self.curve, self.best = state["spent_seconds"], state["curve"], state["best"]
+            self.solved_at = state.get("solved_at")
             self._start = time.time()
             on_disk = saved_point(self.out, BEST_DIR)
             if on_disk is not None and on_disk["step"] > step and replaces(on_disk, self.best):

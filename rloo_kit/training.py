@@ -326,8 +326,9 @@ def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:
         return False
     state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
     budget = getattr(trainer, "time_budget", None)
-    if budget is not None and (checkpoint / BUDGET_STATE).is_file():  # a run bounded by time: is it spent?
-        if json.loads((checkpoint / BUDGET_STATE).read_text())["spent_seconds"] >= budget.seconds:
+    if budget is not None and (checkpoint / BUDGET_STATE).is_file():  # a run bounded by time: spent, or solved?
+        saved = json.loads((checkpoint / BUDGET_STATE).read_text())
+        if saved["spent_seconds"] >= budget.seconds or saved.get("solved_at") is not None:
             return True
     return state.global_step >= trainer.args.max_steps
 

@@ -50,13 +50,14 @@ class BudgetClock:
 
 
 def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float], max_steps: int = 0,
-               logs: Callable[[int], dict] | None = None):
+               logs: Callable[[int], dict] | None = None, control=None):
     """Drive `budget` (a TimeBudget) as the Trainer does: training begins, then step after step, the one after
     step N taking step_seconds(N) on `clock` and logging logs(N + 1) where given, until the budget stops the run
-    (or max_steps, where given, are taken). Returns the TrainerState."""
+    (or max_steps, where given, are taken), with `control` (a TrainerControl) where given. Returns the
+    TrainerState."""
     from transformers import TrainerControl, TrainerState
 
-    state, control = TrainerState(max_steps=max_steps), TrainerControl()
+    state, control = TrainerState(max_steps=max_steps), control or TrainerControl()
     budget.on_train_begin(None, state, control)
     while not control.should_training_stop and not 0 < max_steps <= state.global_step:
         budget.on_step_begin(None, state, control)

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerControl
 
 import rloo_kit
 from rloo_kit import budget as budget_module
@@ -304,14 +305,37 @@ def test_a_budget_right_on_every_validation_row_while_its_groups_are_flat_stops_
         return {"reward": 0.6, SPREAD_KEY: 0.5 if step <= 15 else 0.9,
                 ANSWER_SPREAD_KEY: 0.25 if step <= 15 else flat_shares[step % len(flat_shares)]}
 
-    state = run_budget(budget, clock, lambda step: 6, max_steps=0 if kind == "budget" else 120, logs=logs)
+    control = TrainerControl()
+    state = run_budget(budget, clock, lambda step: 6, max_steps=0 if kind == "budget" else 120, logs=logs,
+                       control=control)
     steps = [p["step"] for p in budget.curve]
     if stopped:
         assert budget.solved_at == state.global_step == steps[-1] and state.global_step < 40  # of 80 in 8 min
+        assert control.should_save  # the step it stopped at is checkpointed
         assert budget.spent() < 240 and budget.curve[-2]["accuracy"] == budget.curve[-1]["accuracy"] == 1
         assert sum(p["step"] > 15 for p in budget.curve) <= 2  # stopped at the first chance: flat from step 16
+        _resumes_finished(budget, state, tmp_path)
     else:
         assert budget.solved_at is None and state.global_step >= 78
+
+
+def _resumes_finished(budget: TimeBudget, state, tmp_path) -> None:
+    """A solved run's checkpoint (the budget asks for one where it stops) says so, and --resume finds it finished
+    rather than train the rest of the minutes again from an earlier checkpoint."""
+    from types import SimpleNamespace
+
+    from rloo_kit.training import _finished
+
+    checkpoint = tmp_path / f"checkpoint-{state.global_step}"
+    checkpoint.mkdir()
+    state.save_to_json(str(checkpoint / "trainer_state.json"))
+    budget.on_save(None, state, None)
+    again = TimeBudget(8, lambda model: None, tmp_path)
+    again._resume(state.global_step)
+    assert again.solved_at == budget.solved_at == state.global_step
+    trainer = SimpleNamespace(args=SimpleNamespace(max_steps=BUDGET_STEPS), is_deepspeed_enabled=False,
+                              is_fsdp_enabled=False, time_budget=again)
+    assert _finished(trainer, checkpoint)
 
 
 @pytest.mark.heavy
