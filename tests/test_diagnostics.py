@@ -329,6 +329,27 @@ def test_one_row_right_once_does_not_hide_memorisation():
     assert "memorisation" not in kinds(history(start=1, **{"validation/accuracy": learned.get}))
 
 
+def test_memorisation_is_judged_on_a_fresh_measurement_not_one_steps_old():
+    """A held-back smallest-of-three file (answer's reward and validation from its run, 8 minutes): the monitor named
+    memorisation at step 35 on step 28's validation, 0.43 against 0.64 at step 0, and stopped the run; step 35,
+    measured as it stopped, was 0.79 (held out 0.39 -> 0.83). Judged where a measurement is logged, the run goes on
+    to its next one, and is named only if that one is no better."""
+    answers = [0.438, 0.438, 0.312, 0.375, 0.375, 0.312, 0.438, 0.312, 0.438, 0.312, 0.438, 0.375, 0.500, 0.625,
+               0.562, 0.625, 0.438, 0.812, 0.375, 0.250, 0.562, 0.250, 0.562, 0.625, 0.562, 0.438, 0.188, 0.438,
+               0.375, 0.688, 0.688, 0.562, 0.438, 0.688, 0.812, 0.750]
+    measured = {1: 0.64, 5: 0.5, 12: 0.29, 20: 0.43, 28: 0.43}
+
+    def run(last: float) -> list:
+        return HealthMonitor(answer_reward="correct_answer").diagnose(history(
+            n=36, start=1, **{"rewards/correct_answer/mean": lambda i: answers[i - 1],
+                              "rewards/correct_answer/std": lambda i: 0.45,
+                              "validation/accuracy": {**measured, 36: last}.get}))
+
+    assert not [d for d in run(0.79) if d.kind == "memorisation"]  # step 35 is no longer judged on step 28's 0.43
+    (named,) = [d for d in run(0.43) if d.kind == "memorisation"]
+    assert named.step == 36 and named.evidence["validation_latest"] == [0.43, 0.43, 0.43]
+
+
 def test_validation_that_rises_with_the_reward_is_learning_not_memorisation():
     learning = history(start=1, **{"validation/accuracy": lambda i: 0.4 + 0.01 * i if i % 5 == 1 else None})
     assert "memorisation" not in kinds(learning)
