@@ -333,6 +333,17 @@ def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:
     return state.global_step >= trainer.args.max_steps
 
 
+def _train_on(trainer: RLOOTrainer) -> str:
+    """What a finished run would need to train on: more steps, more minutes, or (solved) harder rows."""
+    budget = getattr(trainer, "time_budget", None)
+    if budget is None or budget.minutes is None:
+        return "Raise max_steps to train on."
+    if budget.solved_at is not None:
+        return ("It stopped solved (every validation row right twice running, its training prompts answered one "
+                "way): more minutes would keep no better step; harder or more varied rows would.")
+    return "Raise the minutes to train on."
+
+
 def _finish_from(trainer: RLOOTrainer, checkpoint: Path) -> TrainOutput:
     """Resuming a finished run: no step to take. The checkpoint's adapter and state become the trainer's,
     and the adapter is (re)written to `output_dir/adapter`, as at the end of `train`."""
@@ -345,7 +356,7 @@ def _finish_from(trainer: RLOOTrainer, checkpoint: Path) -> TrainOutput:
     barrier()
     if is_main_process():
         log.warning("The run in %s already finished, at step %d: nothing to train. Its adapter, from %s, is in %s. "
-                    "Raise max_steps to train on.", out, trainer.state.global_step, checkpoint.name, out / ADAPTER_DIR)
+                    "%s", out, trainer.state.global_step, checkpoint.name, out / ADAPTER_DIR, _train_on(trainer))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return TrainOutput(trainer.state.global_step, sum(losses) / len(losses) if losses else 0.0, {})
 

@@ -321,10 +321,10 @@ def test_a_budget_right_on_every_validation_row_while_its_groups_are_flat_stops_
 
 def _resumes_finished(budget: TimeBudget, state, tmp_path) -> None:
     """A solved run's checkpoint (the budget asks for one where it stops) says so, and --resume finds it finished
-    rather than train the rest of the minutes again from an earlier checkpoint."""
+    (seen: "already finished, at step 28") rather than train the rest of the minutes again from an earlier one."""
     from types import SimpleNamespace
 
-    from rloo_kit.training import _finished
+    from rloo_kit.training import _finished, _train_on
 
     checkpoint = tmp_path / f"checkpoint-{state.global_step}"
     checkpoint.mkdir()
@@ -335,7 +335,7 @@ def _resumes_finished(budget: TimeBudget, state, tmp_path) -> None:
     assert again.solved_at == budget.solved_at == state.global_step
     trainer = SimpleNamespace(args=SimpleNamespace(max_steps=BUDGET_STEPS), is_deepspeed_enabled=False,
                               is_fsdp_enabled=False, time_budget=again)
-    assert _finished(trainer, checkpoint)
+    assert _finished(trainer, checkpoint) and "It stopped solved" in _train_on(trainer)  # not: raise max_steps
 
 
 @pytest.mark.heavy
