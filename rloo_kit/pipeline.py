@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .budget import BEST_DIR, LAST_DIR, habit_note
+from .budget import BEST_DIR, LAST_DIR, habit_note, read_json
 from .diagnostics import NOT_FAILURES
 from .distributed import is_main_process
 from .errors import RunRefused
@@ -253,6 +253,10 @@ class Run:
         saved = self.out / FIT
         if saved.is_file():
             self.task = refit(self.task, **json.loads(saved.read_text()))
+        earlier = read_json(self.out / METRICS)  # a finished run's report: its pre-flight is not run again
+        if earlier:
+            self.report.preflight = earlier.get("preflight")
+            self.report.own_task_defaults = earlier.get("own_task_defaults") or []
         warmed = self.out / WARM_DIR / WARMED
         if (warmed / "adapter_config.json").is_file():
             from peft import load_peft_weights, set_peft_model_state_dict
@@ -339,14 +343,20 @@ class Run:
         return {"temperature": t, "samples": SAMPLED, "accuracy": report.accuracy}
 
     def train(self, *, resume: bool = False) -> None:
+        """Train (from the latest checkpoint with resume=True) and record the run: minutes (a budget's include
+        its earlier attempts), steps, the adapter, the health monitor's diagnoses (a resumed run's over the logs
+        of all its steps, which its checkpoint carries) and the validation curve."""
         start = time.time()
         train(self.trainer, resume=resume)
-        self.report.minutes = round((time.time() - start) / 60, 2)
+        budget = self.trainer.time_budget
+        spent = budget.spent() if budget is not None and budget.minutes is not None else time.time() - start
+        self.report.minutes = round(spent / 60, 2)
         self.report.steps, self.report.trained = self.trainer.state.global_step, True
         self.report.adapter = str(self.out / ADAPTER_DIR)
         monitor = self.trainer.health_monitor
-        self.report.diagnoses = [d.kind for d in monitor.diagnoses] if monitor else []
-        budget = self.trainer.time_budget
+        diagnoses = (monitor.diagnose(self.trainer.state.log_history, self.trainer.args) if monitor and resume
+                     else monitor.diagnoses if monitor else [])
+        self.report.diagnoses = [d.kind for d in diagnoses]
         if budget is not None:
             self.report.validation = {"rows": len(self.task.validation), "curve": budget.curve,
                                       "kept_step": budget.best["step"] if budget.best else None,

@@ -92,15 +92,19 @@ def test_sigint_saves_adapter_to_interrupted(tiny_model_dir, tmp_path):
 def test_resuming_a_finished_run_trains_nothing_and_keeps_its_adapter(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "TQDM_DISABLE": "1"}
-    first = subprocess.run(train_cmd(tiny_model_dir, out, steps=2), env=env, capture_output=True, text=True,
-                           timeout=600)
+    first = subprocess.run(train_cmd(tiny_model_dir, out, "--preflight-prompts", "4", "--force", steps=2), env=env,
+                           capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
+    before = json.loads((out / "metrics.json").read_text())
     shutil.rmtree(out / "adapter")  # as if the run was killed between its last checkpoint and the adapter
 
     again = subprocess.run(train_cmd(tiny_model_dir, out, "--resume", steps=2), env=env, capture_output=True,
                            text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already finished, at step 2" in again.stderr
+    after = json.loads((out / "metrics.json").read_text())  # the report keeps what the first attempt measured
+    assert before["preflight"]["verdict"] and after["preflight"] == before["preflight"]
+    assert after["diagnoses"] == before["diagnoses"] and after["steps"] == 2
     assert not (out / "checkpoint-3").exists()  # transformers alone would have trained a third step
     assert _tensors(out / "adapter") == _tensors(out / "checkpoint-2")
 
