@@ -233,6 +233,9 @@ def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_numbe
     replies = ["95 is larger than 70.", "The number 79 is larger than the number 84.", "Answer: 30", "61 or 16? 16."]
     assert correct_answer([""] * 4, replies, answer=data["answer"], labels=data["labels"]) == [1.0, 0.0, 1.0, 0.0]
     assert [predicted_answer(r, ls) for r, ls in zip(replies, data["labels"], strict=True)] == ["95", "79", "30", "16"]
+    listed = ["70 and 95.", "79, 84", "The larger is 30, not 12.", "16 16 16"]  # the offered numbers listed: no pick
+    assert correct_answer([""] * 4, listed, answer=data["answer"], labels=data["labels"]) == [0.0, 0.0, 1.0, 0.0]
+    assert [predicted_answer(r, ls) for r, ls in zip(listed, data["labels"], strict=True)] == [None, None, "30", "16"]
     task = load_task("file", path=str(path), prompt_column="question", answer_column="solution", n_test=1)
     assert task.answer_kind().startswith("a choice among each prompt's numbers")  # said before a run
     path.write_text("question,solution\nWhich number is larger, 70 or 95?,95\n")  # an unquoted comma

@@ -183,10 +183,14 @@ def offers_numbers(labels: Sequence[str] | None) -> bool:
 def picked_number(text: str, offered: Sequence[str]) -> str | None:
     """The offered number a reply picks: its marked answer if it marks one ('answer: 95'), else the first
     offered number named in its last sentence that names any, as a reply states its pick before what it
-    compares it with: '95 is larger than 70.' picks 95, 'The larger is 95, not 70.' too.
+    compares it with: '95 is larger than 70.' picks 95, 'The larger is 95, not 70.' too. A sentence that only lists
+    offered numbers picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted
+    ('19, 82, and 90.'), which the first-named rule paid as an answer on 7 of its 18 held-out replies.
 
     >>> picked_number("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
+    >>> picked_number("19, 82, and 90.", ["82", "19", "90"]) is None
+    True
     """
     marked = marked_answer(text)
     if marked is not None:
@@ -195,8 +199,13 @@ def picked_number(text: str, offered: Sequence[str]) -> str | None:
     for sentence in reversed(sentences(text)):
         named = [n for n in re.findall(NUMBER, sentence) if parse_number(n) in values]
         if named:
-            return named[0]
+            return None if len({parse_number(n) for n in named}) > 1 and _only_listed(sentence) else named[0]
     return None
+
+
+def _only_listed(sentence: str) -> bool:
+    """Whether a sentence holds nothing but numbers and what joins a list of them (commas, 'and', 'or')."""
+    return not set(re.findall(r"[a-z]+", re.sub(NUMBER, " ", sentence).lower())) - {"and", "or"}
 
 def mentions(text: str, phrase: str) -> bool:
     """Whether `phrase` occurs in `text` as whole words, not inside a longer word ('cold' in 'It is cold.', not
