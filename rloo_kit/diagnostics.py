@@ -283,8 +283,7 @@ def _memorisation(history: list[dict], t: Thresholds, answer_reward: str | None 
     steps as the brevity reward shortened the replies, while the answer's reward moved 0.10 -> 0.26, within noise,
     and a total-reward rule stopped the run at 4 of its 8 minutes. Judged on a step that carries a measurement, never
     on one measured steps before while the reward has moved since: a held-back smallest-of-three file was stopped at
-    step 35 on its step-28 validation (0.43 against 0.64 at step 0), and step 35, measured as it stopped, was 0.79
-    (held out 0.39 -> 0.83)."""
+    step 35 on its step-28 validation (0.43 against 0.64 at step 0), and step 35, measured as it stopped, was 0.79."""
     if history[-1].get("validation/accuracy") is None:
         return None
     validation = _series(history, "validation/accuracy")

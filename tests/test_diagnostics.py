@@ -332,7 +332,7 @@ def test_one_row_right_once_does_not_hide_memorisation():
 def test_memorisation_is_judged_on_a_fresh_measurement_not_one_steps_old():
     """A held-back smallest-of-three file (answer's reward and validation from its run, 8 minutes): the monitor named
     memorisation at step 35 on step 28's validation, 0.43 against 0.64 at step 0, and stopped the run; step 35,
-    measured as it stopped, was 0.79 (held out 0.39 -> 0.83). Judged where a measurement is logged, the run goes on
+    measured as it stopped, was 0.79. Judged where a measurement is logged, the run goes on
     to its next one, and is named only if that one is no better."""
     answers = [0.438, 0.438, 0.312, 0.375, 0.375, 0.312, 0.438, 0.312, 0.438, 0.312, 0.438, 0.375, 0.500, 0.625,
                0.562, 0.625, 0.438, 0.812, 0.375, 0.250, 0.562, 0.250, 0.562, 0.625, 0.562, 0.438, 0.188, 0.438,
