@@ -202,8 +202,8 @@ class TimeBudget(TrainerCallback):
         so that the health monitor and the live view, which read the logs, see it; the share of the step's groups
         flat in the answer's reward is kept for `stops_solved`."""
         if logs is not None and "reward" in logs:
-            share = next((logs[k] for k in (ANSWER_SPREAD_KEY, SPREAD_KEY, "frac_reward_zero_std") if k in logs), None)
-            self._flat.append(share if share is not None else 0.0)
+            keys = (ANSWER_SPREAD_KEY, SPREAD_KEY, "frac_reward_zero_std")  # the answer's share where logged
+            self._flat.append(next((logs[k] for k in keys if k in logs), None) or 0.0)
             if self._unlogged is not None:
                 logs[VALIDATION_KEY], self._unlogged = self._unlogged, None
         return control

@@ -354,8 +354,8 @@ class Run:
         self.report.steps, self.report.trained = self.trainer.state.global_step, True
         self.report.adapter = str(self.out / ADAPTER_DIR)
         monitor = self.trainer.health_monitor
-        diagnoses = (monitor.diagnose(self.trainer.state.log_history, self.trainer.args) if monitor and resume
-                     else monitor.diagnoses if monitor else [])
+        diagnoses = ([] if monitor is None else monitor.diagnoses if not resume
+                     else monitor.diagnose(self.trainer.state.log_history, self.trainer.args))
         self.report.diagnoses = [d.kind for d in diagnoses]
         if budget is not None:
             self.report.validation = {"rows": len(self.task.validation), "curve": budget.curve,

@@ -9,7 +9,6 @@ and turns a CUDA out-of-memory into advice.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 import threading
@@ -326,10 +325,9 @@ def _finished(trainer: RLOOTrainer, checkpoint: Path) -> bool:
         return False
     state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
     budget = getattr(trainer, "time_budget", None)
-    if budget is not None and (checkpoint / BUDGET_STATE).is_file():  # a run bounded by time: spent, or solved?
-        saved = json.loads((checkpoint / BUDGET_STATE).read_text())
-        if saved["spent_seconds"] >= budget.seconds or saved.get("solved_at") is not None:
-            return True
+    saved = read_json(checkpoint / BUDGET_STATE) if budget is not None else None  # a run bounded by time
+    if saved is not None and (saved["spent_seconds"] >= budget.seconds or saved.get("solved_at") is not None):
+        return True  # spent, or solved
     return state.global_step >= trainer.args.max_steps
 
 
