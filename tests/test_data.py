@@ -219,6 +219,37 @@ def test_a_question_that_offers_its_answer_in_the_other_spelling_offers_choices(
     assert not is_correct("Red is a color, not an animal.", red["answer"], labels=red["labels"])
 
 
+def test_a_choice_among_the_things_a_prompt_lists_makes_naming_two_a_hedge(tmp_path):
+    """A held-back alphabetical-order run learned to reply 'glacier and pear.' to every pair, scored right as it names
+    the answer. The things each prompt lists ('X or Y', 'X, Y, Z') are its labels: naming two is wrong, naming one is
+    an answer. A question's opening words before a comma are no item."""
+    from rloo_kit.data import load_local
+    from rloo_kit.rewards import correct_answer, predicted_answer
+    from rloo_kit.tasks import load_task
+
+    rows = [("Which word comes first in alphabetical order: glacier or pear? Reply with the word.", "glacier"),
+            ("Which word comes first in alphabetical order: zebra or apple? Reply with the word.", "apple"),
+            ("Which is heavier, a feather or a brick?", "a brick"),
+            ("Which of these is a fruit: rake, plum, or cat?", "plum"),
+            ("Is 17 prime or composite?", "prime"),
+            ("Which word does not belong: cat, dog, plum, horse?", "plum")]
+    path = tmp_path / "choices.csv"
+    path.write_text("ask,pick\n" + "".join(f'"{q}",{a}\n' for q, a in rows))
+    data = load_local(str(path), prompt_column="ask", answer_column="pick")
+    assert data["labels"] == [["glacier", "pear"], ["zebra", "apple"], ["feather", "brick"], ["rake", "plum", "cat"],
+                              ["prime", "composite"], ["cat", "dog", "plum", "horse"]]
+    replies = ["glacier and pear.", "Apple.", "A brick is heavier.", "Plum, not rake or cat.", "17 is prime.",
+               "Cat, dog, plum, horse."]
+    assert correct_answer([""] * 6, replies, answer=data["answer"], labels=data["labels"]) == [0.0, 1.0, 1.0, 0.0, 1.0,
+                                                                                              0.0]
+    assert [predicted_answer(r, ls) for r, ls in zip(replies, data["labels"], strict=True)] == [
+        None, "apple", "brick", None, "prime", None]
+    task = load_task("file", path=str(path), prompt_column="ask", answer_column="pick", n_test=1)
+    assert task.answer_kind().startswith("a choice among what each prompt offers")  # said before a run
+    path.write_text("ask,pick\n" + "".join(f'"{q}",{a}\n' for q, a in rows + [("What is the plural of cat?", "cats")]))
+    assert "labels" not in load_local(str(path), prompt_column="ask", answer_column="pick").column_names  # all or none
+
+
 def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_number(tmp_path):
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer, predicted_answer
