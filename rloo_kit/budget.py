@@ -199,13 +199,16 @@ class TimeBudget(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The latest measurement rides on the next training log as `validation/accuracy` (step 0's on step 1's),
-        so that the health monitor and the live view, which read the logs, see it; the share of the step's groups
+        so that the health monitor and the live view, which read the logs, see it, and on its copy in log_history,
+        which a checkpoint keeps (a resumed run's diagnoses are replayed over it); the share of the step's groups
         flat in the answer's reward is kept for `stops_solved`."""
         if logs is not None and "reward" in logs:
             keys = (ANSWER_SPREAD_KEY, SPREAD_KEY, "frac_reward_zero_std")  # the answer's share where logged
             self._flat.append(next((logs[k] for k in keys if k in logs), None) or 0.0)
             if self._unlogged is not None:
                 logs[VALIDATION_KEY], self._unlogged = self._unlogged, None
+                if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                    state.log_history[-1][VALIDATION_KEY] = logs[VALIDATION_KEY]
         return control
 
     def on_save(self, args, state, control, **kwargs):

@@ -64,8 +64,10 @@ def run_budget(budget, clock: BudgetClock, step_seconds: Callable[[int], float],
         clock.now += step_seconds(state.global_step)
         state.global_step += 1
         budget.on_step_end(None, state, control)
-        if logs is not None:  # the Trainer logs a step after its on_step_end
-            budget.on_log(None, state, control, logs=logs(state.global_step))
+        if logs is not None:  # the Trainer logs a step after its on_step_end, into log_history first
+            step_logs = logs(state.global_step)
+            state.log_history.append({**step_logs, "step": state.global_step})
+            budget.on_log(None, state, control, logs=step_logs)
     return state
 
 

@@ -17,6 +17,7 @@ from rloo_kit import budget as budget_module
 from rloo_kit.budget import (
     BUDGET_STEPS,
     STATE_FILE,
+    VALIDATION_KEY,
     VALIDATION_SHARE,
     StepBudget,
     TimeBudget,
@@ -278,6 +279,22 @@ def test_a_run_of_max_steps_measures_along_the_way_and_never_stops_on_a_clock(tm
     state = run_budget(budget, clock, lambda step: 3, max_steps=40)
     assert state.global_step == 40 and [point["step"] for point in budget.curve] == measured
     assert budget.minutes is None and budget.best == budget.curve[-1]  # equals: the later is kept
+
+
+def test_each_measurement_is_in_the_step_log_a_checkpoint_keeps(tmp_path, monkeypatch):
+    """A resumed run's diagnoses are replayed over the log_history its checkpoint keeps. The measurements rode on the
+    logs the health monitor read, not on that copy, so a resumed run that had memorised its training prompts (its
+    reward rising, validation flat) lost the diagnosis. The copy now has them too, and the replay names it."""
+    clock = BudgetClock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    budget = StepBudget(lambda model: _first_right(4, 10), tmp_path)
+    monkeypatch.setattr(budget, "_keep", lambda model: None)
+    state = run_budget(budget, clock, lambda step: 3, max_steps=40,
+                       logs=lambda step: {"reward": min(0.9, 0.1 + 0.03 * step), "reward_std": 0.3, "kl": 0.01})
+    logged = [(h["step"], h[VALIDATION_KEY]) for h in state.log_history if VALIDATION_KEY in h]
+    measured = [(max(p["step"], 1), p["accuracy"]) for p in budget.curve]  # step 0's rides on step 1's log
+    assert len(logged) >= 4 and logged == measured
+    assert "memorisation" in [d.kind for d in rloo_kit.HealthMonitor().diagnose(state.log_history)]
 
 
 @pytest.mark.parametrize("kind, last_right, flat_shares, stopped", [
