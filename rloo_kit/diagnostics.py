@@ -36,7 +36,8 @@ class Thresholds:
     grad_spike: float = 5.0  # a grad_norm this many times the median of the earlier steps' with spread is a spike
     grad_spikes: int = 2  # this many spikes within the window
     # kl_explosion: per-token KL (TRL's log-ratio estimate) above kl_max, or kl_growth times its
-    # early level (floored at kl_floor); or, when no KL is logged (beta=0), entropy under
+    # early level (floored at kl_floor), in a run that measures validation only where a measurement is logged and
+    # none yet beat step 0's (`_validation_clears_kl`); or, when no KL is logged (beta=0), entropy under
     # entropy_drop of its early level while the answer's reward has not risen (`reward_rise`: a policy that
     # learns grows sure of its answers too; the demo's entropy falls from 0.8 to 0.02 a token in ten steps as its
     # reward triples).
@@ -139,7 +140,8 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     if kl:
         early = max(statistics.median(kl[:t.warmup_steps]), t.kl_floor)
         last = kl[-min(t.patience, len(kl)):]
-        if len(last) >= min(t.patience, 2) and all(k > min(t.kl_max, t.kl_growth * early) for k in last):
+        if (len(last) >= min(t.patience, 2) and all(k > min(t.kl_max, t.kl_growth * early) for k in last)
+                and not _validation_clears_kl(history)):
             found["kl_explosion"] = {"kl": round(kl[-1], 4), "early_kl": round(early, 4)}
     else:
         ent = _series(history, "entropy")
@@ -273,6 +275,21 @@ def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
     if len(valid) == t.tool_patience and max(valid) < t.tool_valid_min:
         found["tool_invalid"] = {"tools/valid_call_rate": round(valid[-1], 3), "steps": len(valid)}
     return found
+
+
+def _validation_clears_kl(history: list[dict]) -> bool:
+    """Whether a run that measures validation (greedy accuracy on training rows set apart) has had a measured step
+    answer better than step 0, or logs no measurement at this step to judge by. Its KL far from the reference is then
+    the price of better answers, not a runaway, and a budget keeps that step. Four held-back files whose runs learned
+    to reply with the answer alone ("Saw." where the base model wrote a paragraph: the first token's distribution
+    moves far) logged a per-token KL of 1.5-4 from step 11-41 on, over the 1.0 ceiling, while validation rose to its
+    best (0.17 -> 0.75, 0.42 -> 0.92; held out 0.12 -> 0.81, 0.25 -> 0.56), and were named `kl_explosion` with a fix
+    that would slow them. A run without validation is judged on its KL alone."""
+    validation = _series(history, "validation/accuracy")
+    if not validation:
+        return False
+    fresh = history[-1].get("validation/accuracy") is not None
+    return not fresh or max(validation[1:], default=validation[0]) > validation[0]
 
 
 def _memorisation(history: list[dict], t: Thresholds, answer_reward: str | None = None) -> dict | None:

@@ -104,6 +104,21 @@ def test_kl_explosion_without_kl_logged_reads_entropy():
     assert "kl_explosion" not in kinds(learning)
 
 
+def test_a_kl_far_from_the_reference_is_no_explosion_where_validation_answers_better():
+    """Held-back word-choice runs learned to reply with the answer alone, their per-token KL 1.5-4 (over the 1.0
+    ceiling) while validation rose to its best, and were named kl_explosion. In a run that measures validation the
+    KL is judged where a measurement is logged, and not named once a measured step beat step 0."""
+    measured = {1: 0.4, 6: 0.3, 11: 0.5, 16: 0.6, 21: 0.7, 26: 0.6}  # step 0's rides on step 1's log
+    learned = history(**{"kl": lambda i: 0.05 * 1.6 ** (i - 9)}, start=1)
+    for h in learned:
+        h["validation/accuracy"] = measured.get(h["step"])
+    assert "kl_explosion" not in kinds(learned)
+    never_better = [{**h, "validation/accuracy": None if h["validation/accuracy"] is None else 0.3} for h in learned]
+    (d,) = [d for d in HealthMonitor().diagnose(never_better) if d.kind == "kl_explosion"]
+    assert d.step == 21  # the KL over the ceiling from step 16 (three steps by 18), named at the next measurement
+    assert kinds(CASES["kl_explosion"]) == ["kl_explosion"]  # no validation: the KL alone, as before
+
+
 def test_fix_uses_the_runs_own_settings():
     class Args:
         num_generations, learning_rate, beta, temperature, max_completion_length = 4, 2e-4, 0.02, 1.0, 16
