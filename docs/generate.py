@@ -130,6 +130,7 @@ def presets_reference() -> str:
 
 POSITIVE_NEGATIVE = ["positive", "negative"]
 OFFERED = ["70", "95"]  # the numbers "Which is larger, 70 or 95?" offers
+LISTED = ["mountain", "chair"]  # the things "Which is bigger, a mountain or a chair?" offers
 
 # (reply, gold answer, labels, match, what the row shows). Whether each counts as right is not written here:
 # answer_rows() asks rloo_kit.rewards.is_correct.
@@ -156,6 +157,8 @@ ANSWER_EXAMPLES = [
     ("95 is larger than 70.", "95", OFFERED, "final", "a choice between the prompt's numbers: the pick comes first"),
     ("70 is larger than 95.", "95", OFFERED, "final", "a choice: the wrong pick, though 95 is the last number"),
     ("Answer: 95", "95", OFFERED, "final", "a choice the reply marks"),
+    ("A mountain.", "mountain", LISTED, "final", "a choice among the things the prompt lists: one named"),
+    ("A mountain is bigger than a chair.", "mountain", LISTED, "final", "a choice among things: both named"),
     ("7.", "7", None, "exact", "`exact_answer`: the reply is the answer alone"),
     ("It is 7.", "7", None, "exact", "`exact_answer`: anything beside the answer"),
 ]
