@@ -280,11 +280,11 @@ def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
 def _validation_clears_kl(history: list[dict]) -> bool:
     """Whether a run that measures validation (greedy accuracy on training rows set apart) has had a measured step
     answer better than step 0, or logs no measurement at this step to judge by. Its KL far from the reference is then
-    the price of better answers, not a runaway, and a budget keeps that step. Four held-back files whose runs learned
-    to reply with the answer alone ("Saw." where the base model wrote a paragraph: the first token's distribution
-    moves far) logged a per-token KL of 1.5-4 from step 11-41 on, over the 1.0 ceiling, while validation rose to its
-    best (0.17 -> 0.75, 0.42 -> 0.92; held out 0.12 -> 0.81, 0.25 -> 0.56), and were named `kl_explosion` with a fix
-    that would slow them. A run without validation is judged on its KL alone."""
+    the price of better answers, not a runaway, and a budget keeps that step. Runs on held-back word-choice files
+    that learned to reply with the answer alone ("Saw." where the base model wrote a paragraph: the first token's
+    distribution moves far) logged a per-token KL of 1.5-4 from step 11-22 on, over the 1.0 ceiling, while
+    validation rose to its best (0.17 -> 0.75, 0.42 -> 0.92; held out 0.12 -> 0.81, 0.25 -> 0.56), and were named
+    `kl_explosion` with a fix that would slow them. A run without validation is judged on its KL alone."""
     validation = _series(history, "validation/accuracy")
     if not validation:
         return False

@@ -85,7 +85,7 @@ class Task:
 
     def answer_kind(self) -> str | None:
         """How its answers are told apart, where the data decided it: a label set, a choice among each prompt's
-        numbers, or among the things it offers with 'or' (see data.load_local); None for plain answers. Said before
+        numbers, or among the things it lists ('X or Y', see data.load_local); None for plain answers. Said before
         a run, as it changes what counts as right."""
         if "labels" not in self.train.column_names or not len(self.train):
             return None

@@ -288,6 +288,34 @@ def restates(span: str, gold: str, question: str) -> bool:
                                for i in found)
 
 
+_QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]([^'"\u2018\u2019\u201c\u201d]+)['"\u2019\u201d](?!\w)""")
+
+
+def echoes_quote(span: str, gold: str, question: str) -> bool:
+    """Whether `span` repeats the text `question` quotes around `gold` rather than picking the answer out of it: it
+    names at least two of the quotation's other words, and half of them. A held-back last-word file (*What is the
+    last word of the sentence 'cat played big the house'?*) learned in 10 steps to reply with the whole sentence,
+    which ends on its last word, and was scored right on every held-out prompt. *The last word is house.* names
+    none of the others (articles aside) and is an answer.
+
+    >>> echoes_quote("cat played big the house.", "house", "The last word of 'cat played big the house'?")
+    True
+    """
+    wanted = _words(gold)
+    if not wanted or not question:
+        return False
+    said = set(_words(span))
+    for quote in _QUOTED.findall(question):
+        words = _words(quote)
+        if not _found(words, [wanted]):
+            continue
+        others = set(words) - set(wanted)
+        named = others & said
+        if len(named) >= 2 and 2 * len(named) >= len(others):
+            return True
+    return False
+
+
 def _opens_as_asked(span: str, phrases: list[list[str]], question: str) -> bool:
     """Whether `span` opens with an article and one of `phrases` that `question` has after the same article, not as
     one of the things it offers ('X or Y'): the thing the question asks about, named as its subject ('An orange is
@@ -322,7 +350,7 @@ def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
         return answers_match(extract_answer(text), gold)
     wanted, span = normalize_text(gold), _answer_span(text)
     return (bool(wanted) and mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
-            and not restates(span, gold, question))
+            and not restates(span, gold, question) and not echoes_quote(span, gold, question))
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for, as written: the explicit answer if the reply marks one, else its last
