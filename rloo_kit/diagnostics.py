@@ -37,11 +37,13 @@ class Thresholds:
     grad_spikes: int = 2  # this many spikes within the window
     # kl_explosion: per-token KL (TRL's log-ratio estimate) above kl_max, or kl_growth times its
     # early level (floored at kl_floor), in a run that measures validation only where a measurement is logged and
-    # none yet beat step 0's (`_validation_clears_kl`); or, when no KL is logged (beta=0), entropy under
+    # none of the latest memo_points beat step 0's (`_validation_clears_kl`); above kl_runaway always (runs that
+    # learned peaked at 4.5); or, when no KL is logged (beta=0), entropy under
     # entropy_drop of its early level while the answer's reward has not risen (`reward_rise`: a policy that
     # learns grows sure of its answers too; the demo's entropy falls from 0.8 to 0.02 a token in ten steps as its
     # reward triples).
     kl_max: float = 1.0
+    kl_runaway: float = 10.0
     kl_growth: float = 20.0
     kl_floor: float = 0.05
     entropy_drop: float = 0.3
@@ -141,7 +143,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         early = max(statistics.median(kl[:t.warmup_steps]), t.kl_floor)
         last = kl[-min(t.patience, len(kl)):]
         if (len(last) >= min(t.patience, 2) and all(k > min(t.kl_max, t.kl_growth * early) for k in last)
-                and not _validation_clears_kl(history)):
+                and (min(last) > t.kl_runaway or not _validation_clears_kl(history, t))):
             found["kl_explosion"] = {"kl": round(kl[-1], 4), "early_kl": round(early, 4)}
     else:
         ent = _series(history, "entropy")
@@ -277,19 +279,21 @@ def _tool_signs(history: list[dict], t: Thresholds) -> dict[str, dict]:
     return found
 
 
-def _validation_clears_kl(history: list[dict]) -> bool:
-    """Whether a run that measures validation (greedy accuracy on training rows set apart) has had a measured step
-    answer better than step 0, or logs no measurement at this step to judge by. Its KL far from the reference is then
-    the price of better answers, not a runaway, and a budget keeps that step. Runs on held-back word-choice files
-    that learned to reply with the answer alone ("Saw." where the base model wrote a paragraph: the first token's
-    distribution moves far) logged a per-token KL of 1.5-4 from step 11-22 on, over the 1.0 ceiling, while
-    validation rose to its best (0.17 -> 0.75, 0.42 -> 0.92; held out 0.12 -> 0.81, 0.25 -> 0.56), and were named
-    `kl_explosion` with a fix that would slow them. A run without validation is judged on its KL alone."""
+def _validation_clears_kl(history: list[dict], t: Thresholds) -> bool:
+    """Whether a run that measures validation (greedy accuracy on training rows set apart) has one of its latest
+    `memo_points` measurements answer better than step 0, or logs no measurement at this step to judge by. Its KL far
+    from the reference is then the price of better answers, not a runaway, and a budget keeps that step. Runs on
+    held-back word-choice files that learned to reply with the answer alone ("Saw." where the base model wrote a
+    paragraph: the first token's distribution moves far) logged a per-token KL of 1.5-4.5 from step 11-22 on, over
+    the 1.0 ceiling, while validation rose to its best (0.17 -> 0.75, 0.42 -> 0.92; held out 0.12 -> 0.81,
+    0.25 -> 0.56), and were named `kl_explosion` with a fix that would slow them. The latest, not the best so far:
+    a run that gained early and then fell back to step 0's level has nothing left to pay for. A run without
+    validation is judged on its KL alone."""
     validation = _series(history, "validation/accuracy")
     if not validation:
         return False
     fresh = history[-1].get("validation/accuracy") is not None
-    return not fresh or max(validation[1:], default=validation[0]) > validation[0]
+    return not fresh or max(validation[1:][-t.memo_points:], default=validation[0]) > validation[0]
 
 
 def _memorisation(history: list[dict], t: Thresholds, answer_reward: str | None = None) -> dict | None:

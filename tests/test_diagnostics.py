@@ -105,11 +105,11 @@ def test_kl_explosion_without_kl_logged_reads_entropy():
 
 
 def test_a_kl_far_from_the_reference_is_no_explosion_where_validation_answers_better():
-    """Held-back word-choice runs learned to reply with the answer alone, their per-token KL 1.5-4 (over the 1.0
+    """Held-back word-choice runs learned to reply with the answer alone, their per-token KL 1.5-4.5 (over the 1.0
     ceiling) while validation rose to its best, and were named kl_explosion. In a run that measures validation the
-    KL is judged where a measurement is logged, and not named once a measured step beat step 0."""
+    KL is judged where a measurement is logged, and not named while one of the latest measurements beats step 0."""
     measured = {1: 0.4, 6: 0.3, 11: 0.5, 16: 0.6, 21: 0.7, 26: 0.6}  # step 0's rides on step 1's log
-    learned = history(**{"kl": lambda i: 0.05 * 1.6 ** (i - 9)}, start=1)
+    learned = history(**{"kl": lambda i: min(4.5, 0.05 * 1.6 ** (i - 9))}, start=1)
     for h in learned:
         h["validation/accuracy"] = measured.get(h["step"])
     assert "kl_explosion" not in kinds(learned)
@@ -117,6 +117,24 @@ def test_a_kl_far_from_the_reference_is_no_explosion_where_validation_answers_be
     (d,) = [d for d in HealthMonitor().diagnose(never_better) if d.kind == "kl_explosion"]
     assert d.step == 21  # the KL over the ceiling from step 16 (three steps by 18), named at the next measurement
     assert kinds(CASES["kl_explosion"]) == ["kl_explosion"]  # no validation: the KL alone, as before
+
+
+def test_a_runaway_kl_is_named_after_an_early_gain():
+    """One measured step above step 0 early on does not excuse the KL for the rest of the run: validation that
+    fell back (0.4 at step 0, 0.5, then 0.3, 0.1, 0.0 ...) leaves the KL to be judged, and a KL past kl_runaway
+    (10x kl_max: runs that learned peaked at 4.5) is named even while validation is at its best."""
+    fell_back = {1: 0.4, 6: 0.5, 11: 0.3, 16: 0.1, 21: 0.0, 26: 0.0}
+    moderate = history(**{"kl": lambda i: min(4.5, 0.05 * 1.6 ** (i - 9))}, start=1)
+    for h in moderate:
+        h["validation/accuracy"] = fell_back.get(h["step"])
+    (d,) = [d for d in HealthMonitor().diagnose(moderate) if d.kind == "kl_explosion"]
+    assert d.step == 21  # at step 16 the latest three measurements still held step 6's 0.5
+    best = {1: 0.4, 6: 0.5, 11: 0.6, 16: 0.7, 21: 0.8, 26: 0.9}
+    runaway = history(**{"kl": lambda i: 0.05 * 1.6 ** (i - 9)}, start=1)  # 12 at step 21, 967 by step 30
+    for h in runaway:
+        h["validation/accuracy"] = best.get(h["step"])
+    (d,) = [d for d in HealthMonitor().diagnose(runaway) if d.kind == "kl_explosion"]
+    assert d.evidence["kl"] > 10
 
 
 def test_fix_uses_the_runs_own_settings():
