@@ -242,6 +242,17 @@ def test_a_reply_that_repeats_the_quoted_text_its_answer_is_in_is_no_answer():
     assert is_correct("Put.", "put", prompt="What is the past tense of the verb 'put'?")  # nothing else quoted
 
 
+def test_an_answer_that_names_words_of_a_short_quotation_in_its_own_sentence_is_no_echo():
+    """Two of a four-word quotation's words, with words of the reply's own between them, answer the question; the
+    quotation repeated, an apostrophe inside it, does not."""
+    book = "In 'Tom gave Mary a book', who received the book?"
+    assert is_correct("Tom gave it to Mary.", "Mary", prompt=book) and is_correct("Mary received it.", "Mary",
+                                                                                  prompt=book)
+    assert not is_correct("Tom gave Mary a book.", "Mary", prompt=book)
+    rude = "What is the last word of 'I don't know you'? Reply with the word."
+    assert not is_correct("I don't know you.", "you", prompt=rude) and is_correct("You.", "you", prompt=rude)
+
+
 def test_a_choice_letter_is_not_the_article_a():
     letters = ["a", "b", "c"]
     assert not is_correct("Bus is a vehicle.", "A", labels=letters)  # the article names no choice

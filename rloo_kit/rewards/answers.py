@@ -288,32 +288,50 @@ def restates(span: str, gold: str, question: str) -> bool:
                                for i in found)
 
 
-_QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]([^'"\u2018\u2019\u201c\u201d]+)['"\u2019\u201d](?!\w)""")
+# a quotation: text between quote marks, where an apostrophe between two letters (don't) is part of the text
+_QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]((?:[^'"\u2018\u2019\u201c\u201d]|(?<=\w)['\u2019](?=\w))+)"""
+                     r"""['"\u2019\u201d](?!\w)""")
 
 
 def echoes_quote(span: str, gold: str, question: str) -> bool:
-    """Whether `span` repeats the text `question` quotes around `gold` rather than picking the answer out of it: it
-    names at least two of the quotation's other words, and half of them. A held-back last-word file (*What is the
-    last word of the sentence 'cat played big the house'?*) learned in 10 steps to reply with the whole sentence,
-    which ends on its last word, and was scored right on every held-out prompt. *The last word is house.* names
-    none of the others (articles aside) and is an answer.
+    """Whether `span` repeats the text `question` quotes around `gold` rather than picking the answer out of it: an
+    unbroken run of its words, the answer among them, is the quotation in order (a word of it may be left out) and
+    at least three of its words, and three quarters of them. A held-back last-word file (*What is the last word of
+    the sentence 'cat played big the house'?*) learned in 10 steps to reply with the whole sentence, which ends on
+    its last word, and was scored right on every held-out prompt. *The last word is house.* repeats none of the
+    others (articles aside), and *Tom gave it to Mary.* (for *In 'Tom gave Mary a book', who received the book?*)
+    puts words of its own between them: both are answers.
 
     >>> echoes_quote("cat played big the house.", "house", "The last word of 'cat played big the house'?")
     True
+    >>> echoes_quote("Tom gave it to Mary.", "Mary", "In 'Tom gave Mary a book', who received the book?")
+    False
     """
     wanted = _words(gold)
     if not wanted or not question:
         return False
-    said = set(_words(span))
+    said = _words(span)
     for quote in _QUOTED.findall(question):
         words = _words(quote)
         if not _found(words, [wanted]):
             continue
-        others = set(words) - set(wanted)
-        named = others & said
-        if len(named) >= 2 and 2 * len(named) >= len(others):
-            return True
+        need = max(3, -(-3 * len(words) // 4))  # three quarters, rounded up
+        for start in range(len(said)):
+            run = _in_order(said[start:], words)
+            if len(run) >= need and _found(run, [wanted]):
+                return True
     return False
+
+
+def _in_order(said: list[str], words: list[str]) -> list[str]:
+    """The longest opening of `said` whose words appear in `words` in the same order (some of `words` skipped)."""
+    at = 0
+    for n, word in enumerate(said):
+        try:
+            at = words.index(word, at) + 1
+        except ValueError:
+            return said[:n]
+    return said
 
 
 def _opens_as_asked(span: str, phrases: list[list[str]], question: str) -> bool:
