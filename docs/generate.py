@@ -128,39 +128,42 @@ def presets_reference() -> str:
 
 # ------------------------------------------------------------------------------------------------ answers
 
-POSITIVE_NEGATIVE = ["positive", "negative"]
-OFFERED = ["70", "95"]  # the numbers "Which is larger, 70 or 95?" offers
-LISTED = ["mountain", "chair"]  # the things "Which is bigger, a mountain or a chair?" offers
+POSITIVE_NEGATIVE = {"labels": ["positive", "negative"]}
+COLOURS = {"labels": ["animal", "colour"]}
+OFFERED = {"choices": ["70", "95"]}  # the numbers "Which is larger, 70 or 95?" offers
+LISTED = {"choices": ["mountain", "chair"]}  # the things "Which is bigger, a mountain or a chair?" offers
+PLAIN: dict = {}
 
-# (reply, gold answer, labels, match, what the row shows). Whether each counts as right is not written here:
-# answer_rows() asks rloo_kit.rewards.is_correct.
+# (reply, gold answer, the row's labels or choices, match, what the row shows). Whether each counts as right is not
+# written here: answer_rows() asks rloo_kit.rewards.is_correct.
 ANSWER_EXAMPLES = [
-    ("So 3 + 4 = 7.", "7", None, "final", "a number: the reply's final number"),
-    ("I think 7. Or maybe 8.", "7", None, "final", "a number: the last one counts"),
-    ("The answer is 7, not 8.", "7", None, "final", "a number the reply marks as its answer"),
-    ("#### 1,000", "1000", None, "final", "GSM8K's marker; thousands separators"),
-    (r"\boxed{18.00}", "18", None, "final", "a boxed answer, compared as a number"),
-    ("It costs $18.", "18", None, "final", "a currency sign"),
-    ("Half: 50%", "50", None, "final", "a percent sign"),
-    ([{"role": "assistant", "content": "So 3 + 4 = 7."}], "7", None, "final", "a completion as chat messages"),
-    ("The opposite of hot is cold.", "cold", None, "final", "a text in the last sentence"),
-    ("Cold is the opposite of hot.", "cold", None, "final", "a text anywhere in the last sentence"),
-    ("The Cold.", "cold", None, "final", "case, punctuation and a leading article"),
-    ("It is coldest at night.", "cold", None, "final", "a text inside another word"),
-    ("Cold. But hot is also possible.", "cold", None, "final", "a text only in an earlier sentence"),
-    ("Answer: cold", "cold", None, "final", "a text the reply marks as its answer"),
-    ("Blue.", ["red", "blue", "yellow"], None, "final", "one of several accepted answers"),
-    ("Crimson is a color.", "colour", ["animal", "colour"], "final", "British or American spelling, either one"),
-    ("It is forty two.", "forty-two", None, "final", "a hyphen between words is a space"),
+    ("So 3 + 4 = 7.", "7", PLAIN, "final", "a number: the reply's final number"),
+    ("I think 7. Or maybe 8.", "7", PLAIN, "final", "a number: the last one counts"),
+    ("The answer is 7, not 8.", "7", PLAIN, "final", "a number the reply marks as its answer"),
+    ("#### 1,000", "1000", PLAIN, "final", "GSM8K's marker; thousands separators"),
+    (r"\boxed{18.00}", "18", PLAIN, "final", "a boxed answer, compared as a number"),
+    ("It costs $18.", "18", PLAIN, "final", "a currency sign"),
+    ("Half: 50%", "50", PLAIN, "final", "a percent sign"),
+    ([{"role": "assistant", "content": "So 3 + 4 = 7."}], "7", PLAIN, "final", "a completion as chat messages"),
+    ("The opposite of hot is cold.", "cold", PLAIN, "final", "a text in the last sentence"),
+    ("Cold is the opposite of hot.", "cold", PLAIN, "final", "a text anywhere in the last sentence"),
+    ("The Cold.", "cold", PLAIN, "final", "case, punctuation and a leading article"),
+    ("It is coldest at night.", "cold", PLAIN, "final", "a text inside another word"),
+    ("Cold. But hot is also possible.", "cold", PLAIN, "final", "a text only in an earlier sentence"),
+    ("Answer: cold", "cold", PLAIN, "final", "a text the reply marks as its answer"),
+    ("Blue.", ["red", "blue", "yellow"], PLAIN, "final", "one of several accepted answers"),
+    ("Crimson is a color.", "colour", COLOURS, "final", "British or American spelling, either one"),
+    ("It is forty two.", "forty-two", PLAIN, "final", "a hyphen between words is a space"),
     ("It is positive.", "positive", POSITIVE_NEGATIVE, "final", "a label set: one label named"),
     ("positive, not negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: two labels named"),
     ("95 is larger than 70.", "95", OFFERED, "final", "a choice between the prompt's numbers: the pick comes first"),
     ("70 is larger than 95.", "95", OFFERED, "final", "a choice: the wrong pick, though 95 is the last number"),
     ("Answer: 95", "95", OFFERED, "final", "a choice the reply marks"),
     ("A mountain.", "mountain", LISTED, "final", "a choice among the things the prompt lists: one named"),
-    ("A mountain is bigger than a chair.", "mountain", LISTED, "final", "a choice among things: both named"),
-    ("7.", "7", None, "exact", "`exact_answer`: the reply is the answer alone"),
-    ("It is 7.", "7", None, "exact", "`exact_answer`: anything beside the answer"),
+    ("A mountain is bigger than a chair.", "mountain", LISTED, "final", "a choice among things: the pick comes first"),
+    ("A mountain and a chair.", "mountain", LISTED, "final", "a choice among things: both only listed"),
+    ("7.", "7", PLAIN, "exact", "`exact_answer`: the reply is the answer alone"),
+    ("It is 7.", "7", PLAIN, "exact", "`exact_answer`: anything beside the answer"),
 ]
 
 
@@ -169,26 +172,31 @@ def answer_rows() -> list[dict]:
     from rloo_kit.rewards import is_correct, parse_number, predicted_answer
 
     rows = []
-    for reply, gold, labels, match, case in ANSWER_EXAMPLES:
+    for reply, gold, rules, match, case in ANSWER_EXAMPLES:
         numeric = all(parse_number(g) is not None for g in ([gold] if isinstance(gold, str) else gold))
-        rows.append(dict(reply=reply, gold=gold, labels=labels, match=match, case=case,
-                         right=is_correct(reply, gold, match=match, labels=labels),
-                         read_as=predicted_answer(reply, labels) if numeric else None))
+        rows.append(dict(reply=reply, gold=gold, rules=rules, match=match, case=case,
+                         right=is_correct(reply, gold, match=match, **rules),
+                         read_as=predicted_answer(reply, **rules) if numeric or "choices" in rules else None))
     return rows
+
+
+def _rules_cell(rules: dict) -> str:
+    return "; ".join(f"{name}: {', '.join(values)}" for name, values in rules.items())
 
 
 def answers_reference() -> str:
     lines = ["Made when this site is built, by calling `rloo_kit.rewards.is_correct(reply, gold, match=..., "
-             "labels=...)` on each row: *right?* is what training rewards (`correct_answer`, `exact_answer`), the "
-             "pre-flight and evaluation take it to be. *Reads* is the number a numeric answer is scored on "
-             "(`predicted_answer`). *Labels* are a row's label set, or the numbers a choice question offers (a file "
-             "task finds both by itself: [your own task](../own-task.md)).", "",
-             "| reply | gold answer | labels | match | right? | reads | what it shows |",
+             "labels=..., choices=...)` on each row: *right?* is what training rewards (`correct_answer`, "
+             "`exact_answer`), the pre-flight and evaluation take it to be. *Reads* is the number a numeric answer, or "
+             "the pick a choice, is scored on (`predicted_answer`). A row's *labels* are its label set, its *choices* "
+             "what its question offers, numbers or things (a file task finds both by itself: [your own "
+             "task](../own-task.md)).", "",
+             "| reply | gold answer | labels or choices | match | right? | reads | what it shows |",
              "|---|---|---|---|---|---|---|"]
     for r in answer_rows():
         reply = json.dumps(r["reply"]) if not isinstance(r["reply"], str) else r["reply"]
         gold = " or ".join(r["gold"]) if isinstance(r["gold"], list) else r["gold"]
-        lines.append(f"| {code(cell(reply))} | {code(cell(gold))} | {cell(', '.join(r['labels'] or []))} | "
+        lines.append(f"| {code(cell(reply))} | {code(cell(gold))} | {cell(_rules_cell(r['rules']))} | "
                      f"{r['match']} | {'right' if r['right'] else 'wrong'} | {code(cell(r['read_as'] or ''))} | "
                      f"{cell(r['case'])} |")
     return "\n".join(lines) + "\n"

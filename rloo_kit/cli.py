@@ -16,13 +16,14 @@ Your own task (--task file --path FILE): a .jsonl, .json, .csv, .tsv or .parquet
 a prompt column (text, or chat messages) and an answer column (--prompt-column / --answer-column to name
 yours). An answer is a number, a text, or a list of accepted texts. A completion is right when its final
 answer matches: numbers compare numerically (the reply's marked answer, else its final number; 1,000 =
-1000.0), and where every answer is one of the numbers its prompt offers ('Which is larger, 70 or 95?') the
-number the reply picks is scored; texts ignore case, surrounding punctuation and a leading article, and are
-looked for as whole words in the reply's marked answer ('Answer: ...') or else its last sentence ('The
-opposite of hot is cold.' is right for 'cold'); where answers come from a label set, a reply naming two
-labels is wrong. Before training a pre-flight samples the model on 32 prompts, says whether the run can
-learn, and picks the completion length (and a small brevity reward when the model rambles) and, where
-samples are wrong while greedy answers are right, a lower temperature, from what it saw.
+1000.0); where every answer is one of the numbers its prompt offers ('Which is larger, 70 or 95?') or of
+the things it lists ('glacier or pear?'), the one the reply picks is scored; texts ignore case,
+surrounding punctuation and a leading article, and are looked for as whole words in the reply's marked
+answer ('Answer: ...') or else its last sentence ('The opposite of hot is cold.' is right for 'cold');
+where answers come from a label set, a reply naming two labels is wrong. Before training a pre-flight
+samples the model on 32 prompts, says whether the run can learn, and picks the completion length (and a
+small brevity reward when the model rambles) and, where samples are wrong while greedy answers are right, a
+lower temperature, from what it saw.
 """
 
 def cmd_doctor(args) -> int:

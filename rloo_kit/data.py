@@ -152,10 +152,10 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
     role/content messages, TRL's conversational format) becomes `prompt`; `answer_column`, if given,
     becomes `answer`: a string, or a list of accepted strings. `system_prompt` goes before every prompt
     that has no system message of its own. Answers drawn from a few repeated labels (a classification
-    task) also give a `labels` column, so that a reply naming two labels is not counted right; so do
-    numeric answers that are always one of the numbers their prompt offers ('Which is larger, 70 or 95?'),
-    so that the number a reply picks is scored, not the last it names, and text answers that are always one of
-    the things their prompt lists ('glacier or pear?'), so that a reply naming both is wrong. Other
+    task) also give a `labels` column, so that a reply naming two labels is not counted right. Answers that
+    are always one of the numbers their prompt offers ('Which is larger, 70 or 95?') or one of the things it
+    lists ('glacier or pear?') give a `choices` column instead, so that the one a reply picks is scored, not the
+    last it names, and a reply that only lists them picks none. Other
     columns are kept for rewards to read. A row with no prompt or answer is refused, naming its line:
     an answer scored as the text 'None' would train and count a wrong target in silence.
 
@@ -168,8 +168,8 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
         encoding: the text encoding of a .jsonl, .json, .csv or .tsv file.
 
     Returns:
-        A Dataset with `prompt`, `answer` (when `answer_column` is given), `labels` (where they apply) and the
-        file's other columns.
+        A Dataset with `prompt`, `answer` (when `answer_column` is given), `labels` or `choices` (where they
+        apply) and the file's other columns.
     """
     records = _records(path, split, encoding)
     if not records:
@@ -196,7 +196,7 @@ def load_local(path: str, *, prompt_column: str = "prompt", answer_column: str |
             r["labels"] = _row_labels(labels, r["prompt"][-1]["content"], r["answer"])
     elif answer_column and (offered := _offered_numbers(rows) or _offered_words(rows)):
         for r, choices in zip(rows, offered, strict=True):
-            r["labels"] = choices
+            r["choices"] = choices
     try:
         return Dataset.from_list(rows)
     except Exception as e:  # pyarrow: a column with several kinds of value
@@ -367,16 +367,15 @@ def _offered_numbers(rows: list[dict]) -> list[list[str]] | None:
 def _offered_words(rows: list[dict]) -> list[list[str]] | None:
     """Each row's choices, when every text answer is one of the things its prompt lists (a choice question, as
     'Which comes first in alphabetical order: glacier or pear?' or 'Which word does not belong: cat, dog, plum,
-    horse?'), else None. With them as the row's labels a reply that names two is a hedge: a held-back
-    alphabetical-order run learned to reply 'glacier and pear.' to every pair, which naming the answer paid on 15
-    of its 16 held-out prompts."""
+    horse?'), else None. Scored as choices, a reply's pick counts, and one that names them all picks none: a
+    held-back alphabetical-order run learned to reply 'glacier and pear.' to every pair, which naming the answer
+    paid on 15 of its 16 held-out prompts."""
     golds = [r["answer"] for r in rows]
     if any(not isinstance(g, str) or parse_number(g) is not None or not normalize_text(g) for g in golds):
         return None
-    longest = max(len(normalize_text(g).split()) for g in golds)
     offered = []
     for r in rows:
-        choices = _listed(r["prompt"][-1]["content"], normalize_text(r["answer"]), longest)  # the user's turn
+        choices = _listed(r["prompt"][-1]["content"], normalize_text(r["answer"]))  # the user's turn
         if choices is None:
             return None
         offered.append(choices)
@@ -386,12 +385,14 @@ def _offered_words(rows: list[dict]) -> list[list[str]] | None:
 _LIST_JOIN = re.compile(r"\s*(,\s*(?:or|and)\b|,|\b(?:or|and)\b)\s*")
 
 
-def _listed(question: str, gold: str, longest: int) -> list[str] | None:
+def _listed(question: str, gold: str) -> list[str] | None:
     """The things a clause of `question` lists (joined by commas, 'or', 'and'), one of them `gold` (normalized),
-    each at most `longest` words, articles dropped: 'glacier or pear', 'a feather or a brick', 'cat, dog, plum,
-    horse'. Next to an 'or' or 'and' a longer phrase gives its words nearest the join, as many as the gold has
-    ('Is 17 prime or composite?' offers 'prime'); before a comma only a short one is an item, so that 'Which is
-    heavier, a feather or a brick?' offers no 'heavier'. None where no clause lists the gold."""
+    each at most as many words as the gold has (a file whose one answer is three words lists no 'which is heavier'
+    in its other rows), articles dropped: 'glacier or pear', 'a feather or a brick', 'cat, dog, plum, horse'. Right
+    next to an 'or' or 'and' a longer phrase gives its words nearest the join, as many as the gold has ('Is 17 prime
+    or composite?' offers 'prime'); beside a comma only a short one is an item, so that 'Which is heavier, a feather
+    or a brick?' offers no 'heavier' and 'Name a colour, like red or blue.' no 'like'. None where no clause lists
+    the gold."""
     n = len(gold.split())
     for clause in re.split(r"[?!.:;()\"\n]", question):
         parts = _LIST_JOIN.split(clause)
@@ -399,12 +400,12 @@ def _listed(question: str, gold: str, longest: int) -> list[str] | None:
         items = []
         for i, piece in enumerate(pieces):
             words = normalize_text(piece).split()
-            if len(words) <= longest:
+            if len(words) <= n:
                 items.append(" ".join(words))
                 continue
             if i < len(joins) and joins[i] != ",":  # 'Is 17 prime' before 'or'
                 items.append(" ".join(words[-n:]))
-            if i > 0:  # 'apple is not an animal' after 'and'
+            if i > 0 and joins[i - 1] != ",":  # 'green today' after 'or'
                 items.append(" ".join(words[:n]))
         items = list(dict.fromkeys(filter(None, items)))
         if joins and gold in items and len(items) >= 2:

@@ -31,6 +31,7 @@ from .rewards import (
     is_correct,
     parse_number,
     predicted_answer,
+    row_rules,
 )
 from .tools.syntax import syntax_for
 
@@ -433,9 +434,9 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
     flat = [t for group in texts for t in group]
     rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat, **columns) for f in funcs}
     rows, correct_counts = [], []
+    rules = row_rules(dataset)
     for i, (p, group) in enumerate(zip(prompts, texts, strict=True)):
-        labels = dataset[i]["labels"] if "labels" in dataset.column_names else None
-        ok = [is_correct(t, answers[i], match, labels=labels, prompt=p) for t in group] if answers else []
+        ok = [is_correct(t, answers[i], match, prompt=p, **rules[i]) for t in group] if answers else []
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
             row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s],
@@ -443,8 +444,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
             if calls:
                 row["tool_calls"] = calls[i][s]
             if answers:
-                row.update(answer=answers[i], predicted=predicted_answer(t, labels, match), correct=ok[s])
-                if match == "final" and not ok[s] and answered_earlier(t, answers[i], prompt=p, labels=labels):
+                row.update(answer=answers[i], predicted=predicted_answer(t, match=match, **rules[i]), correct=ok[s])
+                if match == "final" and not ok[s] and answered_earlier(t, answers[i], prompt=p, **rules[i]):
                     row["answered_earlier"] = True  # right first, then gone on from: see rewards.answered_earlier
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})
             rows.append(row)

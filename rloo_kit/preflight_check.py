@@ -44,6 +44,7 @@ from .rewards import (
     is_correct,
     predicted_answer,
     required_columns,
+    row_rules,
     unusable,
 )
 from .tasks import Task
@@ -662,15 +663,11 @@ class _Judge:
 
     def correct(self, texts: list[str], samples: int) -> list[bool] | None:
         """Whether each completion (`samples` a prompt, in prompt order) is right; None without answers."""
-        answers, labels = self.picked["answer"] if "answer" in self.picked.column_names else None, self._labels()
-        if answers is None:
+        if "answer" not in self.picked.column_names:
             return None
-        prompts = self.picked["prompt"]
-        return [is_correct(t, answers[i // samples], self.match, labels=labels[i // samples] if labels else None,
-                           prompt=prompts[i // samples]) for i, t in enumerate(texts)]
-
-    def _labels(self) -> list | None:
-        return self.picked["labels"] if "labels" in self.picked.column_names else None
+        answers, prompts, rules = self.picked["answer"], self.picked["prompt"], row_rules(self.picked)
+        return [is_correct(t, answers[i // samples], self.match, prompt=prompts[i // samples], **rules[i // samples])
+                for i, t in enumerate(texts)]
 
     def texts(self, length: int) -> list[str]:
         """The samples cut at `length` tokens, as the rewards read them (with tools: the model's last turn, after the
@@ -709,8 +706,8 @@ class _Judge:
         scores, causes = _score(funcs, flat_prompts, completions, seen, self.columns)
         totals = self.totals[length] = _totals(scores, weights)
         correct = self.correct(texts, k)
-        labels = self._labels()
-        answers = [_answer_key(t, labels[i // k] if labels else None) for i, t in enumerate(texts)]
+        rules = row_rules(self.picked)
+        answers = [_answer_key(t, rules[i // k]) for i, t in enumerate(texts)]
         per_prompt = []
         for i, row in enumerate(self.rows):
             group = slice(i * k, (i + 1) * k)
@@ -1009,10 +1006,10 @@ def _name(f) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
-def _answer_key(text: str, labels: list | None) -> str:
+def _answer_key(text: str, rules: dict) -> str:
     """What a completion answers, to tell K copies of one answer from K different ones: the answer it is
-    scored on where one is found, else its words."""
-    return predicted_answer(text, labels) or " ".join(text.lower().split())
+    scored on where one is found (`rules`: its row's, `rewards.row_rules`), else its words."""
+    return predicted_answer(text, **rules) or " ".join(text.lower().split())
 
 
 def _prompt_text(prompt) -> str:

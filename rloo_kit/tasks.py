@@ -19,7 +19,7 @@ from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
 from .hardware import Hardware, detect_hardware
 from .presets import Preset, resolve_preset
-from .rewards import RewardFunc, brevity, correct_answer, mentions, normalize_text, offers_numbers
+from .rewards import RewardFunc, brevity, correct_answer, offers_numbers
 from .sources import DEFAULT_MODEL, GPU_DEFAULT_MODEL
 from .tools.syntax import KIT, template_kwargs
 
@@ -84,17 +84,16 @@ class Task:
         return len(self.train) >= 2 and "answer" in self.train.column_names
 
     def answer_kind(self) -> str | None:
-        """How its answers are told apart, where the data decided it: a label set, a choice among each prompt's
-        numbers, or among the things it lists ('X or Y', see data.load_local); None for plain answers. Said before
-        a run, as it changes what counts as right."""
-        if "labels" not in self.train.column_names or not len(self.train):
+        """How its answers are told apart, where the data decided it (data.load_local): a label set, a choice among
+        each prompt's numbers, or among the things it lists ('X or Y'); None for plain answers. Said before a run,
+        as it changes what counts as right."""
+        if not len(self.train):
             return None
-        if offers_numbers(self.train[0]["labels"]):
-            return "a choice among each prompt's numbers: the one a reply picks is scored, not its last"
-        asked = [normalize_text(p if isinstance(p, str) else p[-1]["content"]) for p in self.train["prompt"]]
-        if len({tuple(row) for row in self.train["labels"]}) > 1 and all(
-                mentions(q, label) for q, row in zip(asked, self.train["labels"], strict=True) for label in row):
-            return "a choice among what each prompt offers ('X or Y'): a reply that names two is wrong"
+        if "choices" in self.train.column_names:
+            offered = "numbers" if offers_numbers(self.train[0]["choices"]) else "things it lists ('X or Y')"
+            return f"a choice among each prompt's {offered}: the one a reply picks is scored; listing them picks none"
+        if "labels" not in self.train.column_names:
+            return None
         labels = sorted(set().union(*self.train["labels"]))  # a row's own leaves out the labels its question names
         more = len(labels) - LABELS_SHOWN
         shown = ", ".join(labels[:LABELS_SHOWN]) + (f" and {more} more" if more > 0 else "")

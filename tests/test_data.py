@@ -219,10 +219,11 @@ def test_a_question_that_offers_its_answer_in_the_other_spelling_offers_choices(
     assert not is_correct("Red is a color, not an animal.", red["answer"], labels=red["labels"])
 
 
-def test_a_choice_among_the_things_a_prompt_lists_makes_naming_two_a_hedge(tmp_path):
+def test_a_choice_among_the_things_a_prompt_lists_scores_the_pick(tmp_path):
     """A held-back alphabetical-order run learned to reply 'glacier and pear.' to every pair, scored right as it names
-    the answer. The things each prompt lists ('X or Y', 'X, Y, Z') are its labels: naming two is wrong, naming one is
-    an answer. A question's opening words before a comma are no item."""
+    the answer. The things each prompt lists ('X or Y', 'X, Y, Z') are its choices: the one a reply names first in
+    its last sentence is its pick ('A brick is heavier than a feather.'), and one that only lists them picks none. A
+    question's opening words before a comma are no item, nor are a list's neighbours beside a comma."""
     from rloo_kit.data import load_local
     from rloo_kit.rewards import correct_answer, predicted_answer
     from rloo_kit.tasks import load_task
@@ -232,22 +233,31 @@ def test_a_choice_among_the_things_a_prompt_lists_makes_naming_two_a_hedge(tmp_p
             ("Which is heavier, a feather or a brick?", "a brick"),
             ("Which of these is a fruit: rake, plum, or cat?", "plum"),
             ("Is 17 prime or composite?", "prime"),
-            ("Which word does not belong: cat, dog, plum, horse?", "plum")]
+            ("Which word does not belong: cat, dog, plum, horse?", "plum"),
+            ("Name a colour, like red or blue.", "red")]
     path = tmp_path / "choices.csv"
     path.write_text("ask,pick\n" + "".join(f'"{q}",{a}\n' for q, a in rows))
     data = load_local(str(path), prompt_column="ask", answer_column="pick")
-    assert data["labels"] == [["glacier", "pear"], ["zebra", "apple"], ["feather", "brick"], ["rake", "plum", "cat"],
-                              ["prime", "composite"], ["cat", "dog", "plum", "horse"]]
-    replies = ["glacier and pear.", "Apple.", "A brick is heavier.", "Plum, not rake or cat.", "17 is prime.",
-               "Cat, dog, plum, horse."]
-    assert correct_answer([""] * 6, replies, answer=data["answer"], labels=data["labels"]) == [0.0, 1.0, 1.0, 0.0, 1.0,
-                                                                                              0.0]
-    assert [predicted_answer(r, ls) for r, ls in zip(replies, data["labels"], strict=True)] == [
-        None, "apple", "brick", None, "prime", None]
+    assert "labels" not in data.column_names
+    assert data["choices"] == [["glacier", "pear"], ["zebra", "apple"], ["feather", "brick"], ["rake", "plum", "cat"],
+                               ["prime", "composite"], ["cat", "dog", "plum", "horse"], ["red", "blue"]]
+    replies = ["glacier and pear.", "Apple comes before zebra.", "A brick is heavier than a feather.",
+               "Plum, rake or cat.", "17 is prime.", "Cat, dog, plum, horse.", "I like red, not blue."]
+    assert correct_answer([""] * 7, replies, answer=data["answer"], choices=data["choices"]) == [
+        0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    assert [predicted_answer(r, choices=cs) for r, cs in zip(replies, data["choices"], strict=True)] == [
+        None, "apple", "brick", None, "prime", None, "red"]
+    assert correct_answer([""], ["Zebra comes after apple."], answer=["apple"], choices=[["zebra", "apple"]]) == [0.0]
     task = load_task("file", path=str(path), prompt_column="ask", answer_column="pick", n_test=1)
-    assert task.answer_kind().startswith("a choice among what each prompt offers")  # said before a run
+    assert task.answer_kind().startswith("a choice among each prompt's things it lists")  # said before a run
     path.write_text("ask,pick\n" + "".join(f'"{q}",{a}\n' for q, a in rows + [("What is the plural of cat?", "cats")]))
-    assert "labels" not in load_local(str(path), prompt_column="ask", answer_column="pick").column_names  # all or none
+    assert "choices" not in load_local(str(path), prompt_column="ask", answer_column="pick").column_names  # all or none
+    long = [("Which is heavier, a feather or a brick?", "brick"), ("Which is a star: Mars, the Big Dipper or Sirius?",
+                                                                    "sirius"),
+            ("Which is a city in America: Paris or New York City?", "New York City")]
+    path.write_text("ask,pick\n" + "".join(f'"{q}",{a}\n' for q, a in long))  # one long gold widens no other row
+    assert load_local(str(path), prompt_column="ask", answer_column="pick")["choices"] == [
+        ["feather", "brick"], ["mars", "dipper", "sirius"], ["paris", "new york city"]]
 
 
 def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_number(tmp_path):
@@ -260,13 +270,15 @@ def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_numbe
     path.write_text("question,solution\n" + "".join(f'"Which number is larger, {a} or {b}?",{max(a, b)}\n'
                                                     for a, b in pairs))
     data = load_local(str(path), prompt_column="question", answer_column="solution")
-    assert data["labels"] == [["70", "95"], ["84", "79"], ["12", "30"], ["61", "16"]]
+    assert data["choices"] == [["70", "95"], ["84", "79"], ["12", "30"], ["61", "16"]]
     replies = ["95 is larger than 70.", "The number 79 is larger than the number 84.", "Answer: 30", "61 or 16? 16."]
-    assert correct_answer([""] * 4, replies, answer=data["answer"], labels=data["labels"]) == [1.0, 0.0, 1.0, 0.0]
-    assert [predicted_answer(r, ls) for r, ls in zip(replies, data["labels"], strict=True)] == ["95", "79", "30", "16"]
+    assert correct_answer([""] * 4, replies, answer=data["answer"], choices=data["choices"]) == [1.0, 0.0, 1.0, 0.0]
+    assert [predicted_answer(r, choices=cs) for r, cs in zip(replies, data["choices"], strict=True)] == [
+        "95", "79", "30", "16"]
     listed = ["70 and 95.", "79, 84", "The larger is 30, not 12.", "16 16 16"]  # the offered numbers listed: no pick
-    assert correct_answer([""] * 4, listed, answer=data["answer"], labels=data["labels"]) == [0.0, 0.0, 1.0, 0.0]
-    assert [predicted_answer(r, ls) for r, ls in zip(listed, data["labels"], strict=True)] == [None, None, "30", "16"]
+    assert correct_answer([""] * 4, listed, answer=data["answer"], choices=data["choices"]) == [0.0, 0.0, 1.0, 0.0]
+    assert [predicted_answer(r, choices=cs) for r, cs in zip(listed, data["choices"], strict=True)] == [
+        None, None, "30", "16"]
     task = load_task("file", path=str(path), prompt_column="question", answer_column="solution", n_test=1)
     assert task.answer_kind().startswith("a choice among each prompt's numbers")  # said before a run
     path.write_text("question,solution\nWhich number is larger, 70 or 95?,95\n")  # an unquoted comma
@@ -274,6 +286,6 @@ def test_a_choice_between_the_prompts_numbers_scores_the_pick_not_the_last_numbe
         load_local(str(path), prompt_column="question", answer_column="solution")
     sums = tmp_path / "sums.csv"  # an answer that is not among the prompt's numbers: no choice, the last number
     sums.write_text("question,solution\n" + "".join(f"Add {a} and {b}.,{a + b}\n" for a, b in pairs))
-    assert "labels" not in load_local(str(sums), prompt_column="question", answer_column="solution").column_names
+    assert "choices" not in load_local(str(sums), prompt_column="question", answer_column="solution").column_names
     assert load_task("file", path=str(sums), prompt_column="question", answer_column="solution",
                      n_test=1).answer_kind() is None

@@ -78,10 +78,10 @@ def test_the_answer_table_says_what_is_correct_says():
     table = docs.answers_reference().splitlines()
     expected = {"The opposite of hot is cold.": True, "It is coldest at night.": False, "#### 1,000": True,
                 "positive, not negative": False, "95 is larger than 70.": True, "70 is larger than 95.": False,
-                "It is 7.": False}
+                "It is 7.": False, "A mountain is bigger than a chair.": True, "A mountain and a chair.": False}
     for reply, right in expected.items():
-        ((_, gold, labels, match, _),) = [e for e in docs.ANSWER_EXAMPLES if e[0] == reply]
-        assert is_correct(reply, gold, match=match, labels=labels) is right
+        ((_, gold, rules, match, _),) = [e for e in docs.ANSWER_EXAMPLES if e[0] == reply]
+        assert is_correct(reply, gold, match=match, **rules) is right
         (row,) = [line for line in table if line.startswith(f"| `{reply}` |")]
         assert f"| {'right' if right else 'wrong'} |" in row, row
 

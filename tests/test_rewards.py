@@ -337,3 +337,25 @@ def test_a_hub_id_string_offline_is_refused_with_the_way_out(monkeypatch):
 
 def test_guard_passes_local_reward_model_directories_to_trl(tmp_path):
     assert guard([str(tmp_path)]) == [str(tmp_path)]
+
+
+def test_a_choice_is_picked_where_the_reply_sets_it_against_the_others():
+    """Replies of the base model to a which-is-larger file: several offered numbers named in a sentence are a pick
+    only where words between them set the first against the rest ('than', 'not', ...); a sum, a list or a contrast
+    picks none, where naming one first was paid at chance."""
+    offered = ["79", "57"]
+    assert is_correct("79 is larger than 57.", "79", choices=offered)
+    assert is_correct("The larger is 79, not 57.", "79", choices=offered)
+    assert not is_correct("When you add them together, you get 79 + 57 = 136.", "79", choices=offered)
+    assert not is_correct("The GCD of 79 and 57 is 1.", "79", choices=offered)
+    things = ["car", "chair"]
+    assert not is_correct("A car is a vehicle, while a chair is a piece of furniture.", "car", choices=things)
+    assert is_correct("A car is bigger than a chair.", "car", choices=things)
+
+
+def test_a_reply_that_only_mentions_the_word_answer_marks_none():
+    """'To find the answer, we ...' marks no answer: its last sentence is read, as for any reply."""
+    assert is_correct("To find the answer, we compare 24 and 56. The larger number is 56.", "56", choices=["24", "56"])
+    assert is_correct("To find the answer, think of heat. The opposite of hot is cold.", "cold")
+    assert not is_correct("To find the answer, think: is it cold? It is warm.", "cold")  # was read from 'answer' on
+    assert is_correct("The answer is: cold.", "cold") and is_correct("I answered it. Answer: cold", "cold")

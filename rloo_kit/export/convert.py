@@ -609,7 +609,7 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
     """
     from ..pipeline import run_metrics
     from ..recipes import eval_task_options, trained_task
-    from ..rewards import is_correct
+    from ..rewards import is_correct, row_rules
     from ..tasks import load_task
     from . import llama_cpp
 
@@ -634,9 +634,8 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
     replies = [tok.decode(ids, skip_special_tokens=True)
                for ids in llama_cpp.greedy(gguf_file, texts, max_tokens=length)]
     answers = list(t.test["answer"]) if "answer" in t.test.column_names else None
-    labels = list(t.test["labels"]) if "labels" in t.test.column_names else [None] * len(prompts)
-    accuracy = (sum(is_correct(r, a, t.match, labels=lab, prompt=p)
-                    for r, a, lab, p in zip(replies, answers, labels, prompts, strict=True)) / len(prompts)
+    accuracy = (sum(is_correct(r, a, t.match, prompt=p, **rules)
+                    for r, a, rules, p in zip(replies, answers, row_rules(t.test), prompts, strict=True)) / len(prompts)
                 if answers else None)
     same = sum(r == row["completion"] for r, row in zip(replies, torch_report.completions, strict=True))
     return GGUFCheck(task_name, len(prompts), length, torch_report.accuracy, accuracy, same,

@@ -19,8 +19,9 @@ from .answers import (
     normalize_text,
     offers_numbers,
     parse_number,
-    picked_number,
+    picked_choice,
     predicted_answer,
+    row_rules,
     sentences,
 )
 from .files import check_on_rows, from_file
@@ -39,5 +40,5 @@ from .guard import (
 __all__ = ["NUMBER", "UNSCORED_PATIENCE", "RewardFunc", "accepted_answers", "answered_earlier", "answers_match",
            "brevity", "check_on_rows", "combine", "completion_text", "correct_answer", "describe", "exact_answer",
            "extract_answer", "from_file", "guard", "hub_reward_model", "is_correct", "marked_answer", "mentions",
-           "normalize_text", "offers_numbers", "parse_number", "picked_number", "predicted_answer", "reward_model",
-           "required_columns", "safe", "scores_nothing", "sentences", "tag_format", "unusable"]
+           "normalize_text", "offers_numbers", "parse_number", "picked_choice", "predicted_answer", "reward_model",
+           "required_columns", "row_rules", "safe", "scores_nothing", "sentences", "tag_format", "unusable"]

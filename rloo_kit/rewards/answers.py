@@ -112,6 +112,13 @@ def answers_match(predicted: str | None, gold: str) -> bool:
         return math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-6)
     return normalize_text(predicted) in spellings(normalize_text(gold))
 
+def row_rules(dataset) -> list[dict]:
+    """Each row's keyword arguments to `is_correct` beside its answer: its `labels` (a label set) and `choices`
+    (what its question offers), where the dataset (a `datasets.Dataset`, data.load_local's) has those columns."""
+    names = [c for c in ("labels", "choices") if c in dataset.column_names]
+    columns = {c: list(dataset[c]) for c in names}
+    return [{c: columns[c][i] for c in names} for i in range(len(dataset))]
+
 def accepted_answers(gold) -> list[str]:
     """An `answer` cell as the list of accepted answers: a string is one; a list (or tuple) is several."""
     if isinstance(gold, (list, tuple)):
@@ -119,7 +126,7 @@ def accepted_answers(gold) -> list[str]:
     return [str(gold)]
 
 def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | None = None,
-               prompt=None) -> bool:
+               prompt=None, choices: Sequence[str] | None = None) -> bool:
     """One completion against its gold answer (a string, or a list of accepted strings).
 
     Numbers (gold parses as one): match="final" compares the final number of the reply (see
@@ -128,84 +135,108 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     words, in the reply's explicit answer ('answer: ...', '<answer>', '####', boxed) or else in its
     last sentence: 'The opposite of hot is cold.' is right for 'cold'.
     match="exact" wants the reply to be the answer alone, in both cases.
-    labels: the answers a row chooses among. A classification task's label set: with match="final" a reply
-    that also names a label other than the accepted ones ('positive, not negative') is wrong, as a hedge is
-    no answer. The numbers a choice question offers ('Which is larger, 70 or 95?'): the reply's pick is
-    scored (`picked_number`), not its last number, as '95 is larger than 70.' names both.
+    labels: a classification task's label set: with match="final" a reply that also names a label other than the
+    accepted ones ('positive, not negative') is wrong, as a hedge is no answer.
     prompt: the row's prompt (text or chat messages). A text answer without labels that the reply names only where
     it repeats the question's words is not its answer: for 'What is the plural of moose?', 'The plural of moose is
     mooses.' answers 'mooses' (`restates`). Without it (None), any mention counts.
+    choices: what the row's question offers to choose among, numbers ('Which is larger, 70 or 95?') or things
+    ('glacier or pear?'): with match="final" the reply's pick is scored (`picked_choice`), as '95 is larger than
+    70.' names both.
     """
     if match not in ("final", "exact"):
         raise ValueError(f"match must be 'final' or 'exact', not {match!r}.")
     text = completion_text(completion)
     accepted = accepted_answers(gold)
-    if match == "final" and offers_numbers(labels) and all(parse_number(g) is not None for g in accepted):
-        return any(answers_match(picked_number(text, labels), g) for g in accepted)
+    if match == "final" and choices:
+        pick = picked_choice(text, choices)
+        return pick is not None and any(answers_match(pick, g) for g in accepted)
     asked = completion_text(prompt) if prompt is not None and not labels else ""
     if not any(_matches(text, g, match, asked) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
 
-def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None = None) -> bool:
+def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None = None,
+                     choices: Sequence[str] | None = None) -> bool:
     """Whether a reply scored wrong (`is_correct`, match="final") names its right text answer in a sentence before its
     last one, that sentence alone scored right: an answer given first and then gone on from. *The chemical symbol of
     gold is Au. It is a metal that is used to make coins.* is scored on its last sentence, so wrong; a run learns to
     end on the answer, and a held-out gain then counts that as well as what the model learned to know. Numbers are
-    left out (an intermediate result is often the answer's value), as are rows with labels (a hedge names two) and
-    sentences that ask (*Is it Au? No, it is Ag.* retracts its guess). `gold`: a string or a list of accepted ones.
+    left out (an intermediate result is often the answer's value), as are rows with labels or choices (a hedge
+    names two) and sentences that ask (*Is it Au? No, it is Ag.* retracts its guess). `gold`: a string or a list of
+    accepted ones.
 
     >>> answered_earlier("The symbol of gold is Au. It is a metal.", "Au")
     True
     """
     accepted = accepted_answers(gold)
-    if labels or any(parse_number(g) is not None for g in accepted) or is_correct(completion, gold, prompt=prompt):
+    if (labels or choices or any(parse_number(g) is not None for g in accepted)
+            or is_correct(completion, gold, prompt=prompt)):
         return False
     said = [s for s in sentences(completion_text(completion)) if normalize_text(s)]
     return any(is_correct(s, accepted, prompt=prompt) for s in said[:-1] if not s.rstrip().endswith("?"))
 
-def predicted_answer(completion, labels: Sequence[str] | None = None,
-                     match: str = "final") -> str | None:
+def predicted_answer(completion, labels: Sequence[str] | None = None, match: str = "final",
+                     choices: Sequence[str] | None = None) -> str | None:
     """The answer a reply is scored on, for showing beside its gold answer: the one label it names where the row
-    has text labels ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among the offered
-    numbers of a choice question (`picked_number`), else its final number (`extract_answer`). `match` as
-    `is_correct`'s."""
+    has a label set ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among a choice
+    question's offers (`picked_choice`), else its final number (`extract_answer`). `match` as `is_correct`'s."""
     text = completion_text(completion)
-    if labels and not offers_numbers(labels):
+    if choices:
+        return picked_choice(text, choices)
+    if labels:
         return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
-    return picked_number(text, labels) if offers_numbers(labels) else extract_answer(text)
+    return extract_answer(text)
 
-def offers_numbers(labels: Sequence[str] | None) -> bool:
-    """Whether a row's labels are the numbers a choice question offers (data.load_local), not text labels."""
-    return bool(labels) and all(parse_number(lab) is not None for lab in labels)
+def offers_numbers(choices: Sequence[str] | None) -> bool:
+    """Whether a row's choices are the numbers its question offers, not things it lists (data.load_local)."""
+    return bool(choices) and all(parse_number(c) is not None for c in choices)
 
-def picked_number(text: str, offered: Sequence[str]) -> str | None:
-    """The offered number a reply picks: its marked answer if it marks one ('answer: 95'), else the first
-    offered number named in its last sentence that names any, as a reply states its pick before what it
-    compares it with: '95 is larger than 70.' picks 95, 'The larger is 95, not 70.' too. A sentence that only lists
-    offered numbers picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted
-    ('19, 82, and 90.'), which the first-named rule paid as an answer on 10 of its 18 held-out replies.
+def picked_choice(text: str, choices: Sequence[str]) -> str | None:
+    """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in its
+    last sentence that names any. Where that names several, the first is the pick only where the words before the
+    next one set it against them ('than', 'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger
+    than 70.' picks 95, 'The larger is 95, not 70.' too, 'A brick is heavier than a feather.' picks 'brick'. A list
+    or a contrast picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted ('19,
+    82, and 90.'), which a first-named rule paid on 10 of its 18 held-out replies, an alphabetical-order run to reply
+    'glacier and pear.' to every pair, and a which-is-bigger file's base model wrote 'A car is a vehicle, while a
+    chair is a piece of furniture.' Numbers are compared as numbers, things as `normalize_text` leaves them.
 
-    >>> picked_number("Let me see. 70 is a larger integer than 95.", ["70", "95"])
+    >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
-    >>> picked_number("19, 82, and 90.", ["82", "19", "90"]) is None
+    >>> picked_choice("19, 82, and 90.", ["82", "19", "90"]) is None
     True
+    >>> picked_choice("Glacier comes before pear.", ["glacier", "pear"])
+    'glacier'
     """
-    marked = marked_answer(text)
-    if marked is not None:
-        return marked
-    values = {parse_number(n) for n in offered}
-    for sentence in reversed(sentences(text)):
-        named = [n for n in re.findall(NUMBER, sentence) if parse_number(n) in values]
-        if named:
-            return None if len({parse_number(n) for n in named}) > 1 and _only_listed(sentence) else named[0]
+    marked = _marked_span(text)
+    for span in [marked] if marked is not None else reversed(sentences(text)):
+        said = span if offers_numbers(choices) else normalize_text(span)
+        named = _named_choices(said, choices)
+        if not named:
+            continue
+        (_, end, first), *others = named
+        rival = next((start for start, _, choice in others if choice != first), None)
+        if rival is None or _SETS_APART & set(re.findall(r"[a-z]+", said[end:rival].lower())):
+            return first
+        return None
     return None
 
 
-def _only_listed(sentence: str) -> bool:
-    """Whether a sentence holds nothing but numbers and what joins a list of them (commas, 'and', 'or')."""
-    return not set(re.findall(r"[a-z]+", re.sub(NUMBER, " ", sentence).lower())) - {"and", "or"}
+_SETS_APART = frozenset({"than", "not", "rather", "instead", "before", "over", "unlike"})
+
+
+def _named_choices(said: str, choices: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Where `said` names one of `choices`, in order: (start, end, the choice as `choices` has it), numbers compared
+    as numbers, things in either spelling (`said` normalized)."""
+    if offers_numbers(choices):
+        value = {parse_number(c): c for c in choices}
+        return [(m.start(), m.end(), value[parse_number(m.group())]) for m in re.finditer(NUMBER, said)
+                if parse_number(m.group()) in value]
+    found = [(m.start(), m.end(), c) for c in choices for variant in spellings(normalize_text(c)) if variant
+             for m in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", said)]
+    return sorted(found)
 
 def mentions(text: str, phrase: str) -> bool:
     """Whether `phrase` occurs in `text` as whole words, not inside a longer word ('cold' in 'It is cold.', not
@@ -373,12 +404,22 @@ def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for, as written: the explicit answer if the reply marks one, else its last
     sentence."""
+    marked = _marked_span(text)
+    if marked is not None:
+        return marked
+    said = [s for s in sentences(text) if normalize_text(s)]
+    return said[-1] if said else ""
+
+def _marked_span(text: str) -> str | None:
+    """The text a reply marks as its answer ('####', boxed, '<answer>', 'answer: ...', 'the answer is ...'), else
+    None."""
     for pattern in _ANSWER_PATTERNS[:3]:  # ####, boxed, <answer>
         found = pattern.findall(text)
         if found:
             return found[-1]
-    marked = re.findall(r"answer(?: is)?\s*:?\s*(.+)", text, re.I)
-    if marked:
-        return marked[-1]
-    said = [s for s in sentences(text) if normalize_text(s)]
-    return said[-1] if said else ""
+    marked = _MARKED.findall(text)
+    return marked[-1] if marked else None
+
+
+# 'answer: ...', 'the answer is ...', not 'To find the answer, we ...' nor 'answered'
+_MARKED = re.compile(r"\banswer(?:\s+is\b\s*:?|\s*:)\s*(.+)", re.I)

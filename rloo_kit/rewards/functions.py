@@ -19,8 +19,9 @@ def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> 
     """1.0 when the completion's final answer matches the `answer` column (see `is_correct`), else 0.0.
 
     A `labels` column (a classification task's label set, see data.load_local) makes a reply that names
-    another label beside the right one wrong. Without one, a text answer named only where the reply repeats its
-    prompt's words is not the reply's answer (`rewards.answers.restates`).
+    another label beside the right one wrong; a `choices` column (what each question offers: 'glacier or pear?')
+    scores the one a reply picks. Without either, a text answer named only where the reply repeats its prompt's
+    words is not the reply's answer (`rewards.answers.restates`).
 
     >>> correct_answer(["q", "q"], ["So 3 + 4 = 7.", "The opposite of hot is Cold."], answer=["7", "cold"])
     [1.0, 1.0]
@@ -28,8 +29,9 @@ def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> 
     [0.0]
     """
     labels = kwargs.get("labels") or [None] * len(completions)
-    return [float(is_correct(c, a, labels=ls, prompt=p))
-            for p, c, a, ls in zip(prompts, completions, answer, labels, strict=True)]
+    choices = kwargs.get("choices") or [None] * len(completions)
+    return [float(is_correct(c, a, labels=ls, prompt=p, choices=cs))
+            for p, c, a, ls, cs in zip(prompts, completions, answer, labels, choices, strict=True)]
 
 def exact_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
     """1.0 when the whole reply is the answer and nothing else (case, whitespace, surrounding
