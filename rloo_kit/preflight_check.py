@@ -825,9 +825,13 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
     elsewhere = (f" and {asked.pass_rate:.0%} at {asked.max_completion_length}" if asked is not setup
                  and asked.pass_rate is not None else "")
     colder = "colder" if temp >= asked.temperature else f"colder than {temp:g}"  # the kit may train colder already
+    tried = [c for c in report.colder if c.temperature < temp]  # what "would not help" rests on: draws, or greedy alone
+    basis = (f", and drawn at temperature {min(c.temperature for c in tried):g}, "
+             f"{min(c.flat_fraction for c in tried):.0%} of prompts were still without spread" if tried
+             else f", not clearly more than the samples' {setup.pass_rate or 0:.0%}")
     greedy = ("" if report.greedy_pass_rate is None else
-              f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts, so sampling {colder} "
-              "would not help")
+              f"; greedy answers right on {report.greedy_pass_rate:.0%} of these prompts{basis}, so sampling "
+              f"{colder} would not help")
     if setup.pass_rate is None:
         why = f"mean rewards {', '.join(f'{r.name} {r.mean:.2f}' for r in setup.rewards)}"
     elif setup.unpaid:

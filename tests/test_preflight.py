@@ -265,6 +265,9 @@ def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_mo
     assert hopeless.kinds() == ["reward_collapse"] and "greedy answers right on 3%" in hopeless.problems[0].message
     assert "temperature" not in hopeless.problems[0].fix  # neither colder nor warmer cures a task beyond the model
     assert "so sampling colder would not help" in hopeless.problems[0].message
+    assert "not clearly more than the samples' 2%" in hopeless.problems[0].message  # no colder draw: greedy alone
+    drawn = report(greedy_pass_rate=0.03, colder=(dict(NOISY, temperature=0.5, flat_fraction=0.91),), **NOISY)
+    assert "drawn at temperature 0.5, 91% of prompts were still without spread" in drawn.problems[0].message
     # yes/no questions: greedy 19%, samples 5% at 1 and 11% at 0.5, which the kit trains at: not "colder" bare
     trained = dict(NOISY, temperature=0.5, flat_fraction=0.69, pass_rate=0.11)
     cold = report(greedy_pass_rate=0.19, proposed=trained, applies=True, **NOISY)
