@@ -444,7 +444,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
             if calls:
                 row["tool_calls"] = calls[i][s]
             if answers:
-                row.update(answer=answers[i], predicted=predicted_answer(t, match=match, **rules[i]), correct=ok[s])
+                row.update(answer=answers[i], predicted=predicted_answer(t, match=match, prompt=p, **rules[i]),
+                           correct=ok[s])
                 if match == "final" and not ok[s] and answered_earlier(t, answers[i], prompt=p, **rules[i]):
                     row["answered_earlier"] = True  # right first, then gone on from: see rewards.answered_earlier
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})

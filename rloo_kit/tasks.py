@@ -90,8 +90,9 @@ class Task:
         if not len(self.train):
             return None
         if "choices" in self.train.column_names:
-            offered = "numbers" if offers_numbers(self.train[0]["choices"]) else "things it lists ('X or Y')"
-            return f"a choice among each prompt's {offered}: the one a reply picks is scored; listing them picks none"
+            offered = ("each prompt's numbers" if offers_numbers(self.train[0]["choices"])
+                       else "the things each prompt lists ('X or Y')")
+            return f"a choice among {offered}: the one a reply picks is scored; listing them picks none"
         if "labels" not in self.train.column_names:
             return None
         labels = sorted(set().union(*self.train["labels"]))  # a row's own leaves out the labels its question names

@@ -249,7 +249,7 @@ def test_a_choice_among_the_things_a_prompt_lists_scores_the_pick(tmp_path):
         None, "apple", "brick", None, "prime", None, "red"]
     assert correct_answer([""], ["Zebra comes after apple."], answer=["apple"], choices=[["zebra", "apple"]]) == [0.0]
     task = load_task("file", path=str(path), prompt_column="ask", answer_column="pick", n_test=1)
-    assert task.answer_kind().startswith("a choice among each prompt's things it lists")  # said before a run
+    assert task.answer_kind().startswith("a choice among the things each prompt lists")  # said before a run
     path.write_text("ask,pick\n" + "".join(f'"{q}",{a}\n' for q, a in rows + [("What is the plural of cat?", "cats")]))
     assert "choices" not in load_local(str(path), prompt_column="ask", answer_column="pick").column_names  # all or none
     long = [("Which is heavier, a feather or a brick?", "brick"), ("Which is a star: Mars, the Big Dipper or Sirius?",

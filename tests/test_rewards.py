@@ -359,3 +359,19 @@ def test_a_reply_that_only_mentions_the_word_answer_marks_none():
     assert is_correct("To find the answer, think of heat. The opposite of hot is cold.", "cold")
     assert not is_correct("To find the answer, think: is it cold? It is warm.", "cold")  # was read from 'answer' on
     assert is_correct("The answer is: cold.", "cold") and is_correct("I answered it. Answer: cold", "cold")
+
+
+def test_a_contrast_picks_the_choice_it_says_the_asked_thing_of():
+    """Base replies to a held-back category file: 'X is a tool, while Y is an instrument.' answers 'Which of these is
+    a tool?'; a contrast that says nothing asked ('a car is a vehicle, while ...' for 'Which is bigger?') picks none."""
+    tool = "Which of these is a tool: violin, pliers or bus?"
+    assert is_correct("The pliers are a tool, while the violin is a musical instrument.", "pliers", prompt=tool,
+                      choices=["violin", "pliers", "bus"])
+    assert not is_correct("The violin is an instrument, while the bus is a vehicle.", "pliers", prompt=tool,
+                          choices=["violin", "pliers", "bus"])
+    vehicle = "Which of these is a vehicle: lion, bicycle or cup?"
+    assert is_correct("A lion is a creature of the wild, while a bicycle is a vehicle.", "bicycle", prompt=vehicle,
+                      choices=["lion", "bicycle", "cup"])
+    bigger = "Which is bigger, a car or a chair?"
+    assert not is_correct("A car is a vehicle, while a chair is furniture.", "car", prompt=bigger,
+                          choices=["car", "chair"])

@@ -149,7 +149,7 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     text = completion_text(completion)
     accepted = accepted_answers(gold)
     if match == "final" and choices:
-        pick = picked_choice(text, choices)
+        pick = picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
         return pick is not None and any(answers_match(pick, g) for g in accepted)
     asked = completion_text(prompt) if prompt is not None and not labels else ""
     if not any(_matches(text, g, match, asked) for g in accepted):
@@ -178,13 +178,14 @@ def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None
     return any(is_correct(s, accepted, prompt=prompt) for s in said[:-1] if not s.rstrip().endswith("?"))
 
 def predicted_answer(completion, labels: Sequence[str] | None = None, match: str = "final",
-                     choices: Sequence[str] | None = None) -> str | None:
+                     choices: Sequence[str] | None = None, prompt=None) -> str | None:
     """The answer a reply is scored on, for showing beside its gold answer: the one label it names where the row
     has a label set ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among a choice
-    question's offers (`picked_choice`), else its final number (`extract_answer`). `match` as `is_correct`'s."""
+    question's offers (`picked_choice`), else its final number (`extract_answer`). `match` and `prompt` as
+    `is_correct`'s."""
     text = completion_text(completion)
     if choices:
-        return picked_choice(text, choices)
+        return picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
     if labels:
         return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
     return extract_answer(text)
@@ -193,7 +194,7 @@ def offers_numbers(choices: Sequence[str] | None) -> bool:
     """Whether a row's choices are the numbers its question offers, not things it lists (data.load_local)."""
     return bool(choices) and all(parse_number(c) is not None for c in choices)
 
-def picked_choice(text: str, choices: Sequence[str]) -> str | None:
+def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str | None:
     """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in its
     last sentence that names any. Where that names several, the first is the pick only where the words before the
     next one set it against them ('than', 'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger
@@ -201,7 +202,10 @@ def picked_choice(text: str, choices: Sequence[str]) -> str | None:
     or a contrast picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted ('19,
     82, and 90.'), which a first-named rule paid on 10 of its 18 held-out replies, an alphabetical-order run to reply
     'glacier and pear.' to every pair, and a which-is-bigger file's base model wrote 'A car is a vehicle, while a
-    chair is a piece of furniture.' Numbers are compared as numbers, things as `normalize_text` leaves them.
+    chair is a piece of furniture.' Things not set apart are picked where one choice's clause alone says what
+    `question` asks (`_says_what_is_asked`): 'The pliers are a tool, while the piano is an instrument.' answers
+    'Which of these is a tool: pliers, piano or cat?'. Numbers are compared as numbers, things as `normalize_text`
+    leaves them.
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
@@ -220,8 +224,30 @@ def picked_choice(text: str, choices: Sequence[str]) -> str | None:
         rival = next((start for start, _, choice in others if choice != first), None)
         if rival is None or _SETS_APART & set(re.findall(r"[a-z]+", said[end:rival].lower())):
             return first
-        return None
+        return None if offers_numbers(choices) else _says_what_is_asked(said, named, question)
     return None
+
+
+def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], question: str) -> str | None:
+    """The one choice whose clause (from where it is first named to where the next choice is: the subject first, as
+    in 'X is a tool') has a word of `question` that is neither a choice nor a question's frame ('which', 'these',
+    'reply'), else None: a contrast that says of one choice what was asked ('tool'), of the others something else.
+    Base replies to a held-back category file (*Which of these is a tool: violin, pliers or bus?*) were of this kind
+    on 4 of 16 prompts."""
+    def stems(text: str) -> set[str]:
+        return {w.rstrip("s") for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 3}
+
+    asked = stems(question) - _QUESTION_FRAME - {w for *_, c in named for w in stems(c)}
+    firsts = sorted({c: start for start, _, c in reversed(named)}.items(), key=lambda item: item[1])
+    ends = [start for _, start in firsts[1:]] + [len(said)]
+    clauses = [(c, said[start:end]) for (c, start), end in zip(firsts, ends, strict=True)]
+    hits = [c for c, clause in clauses if asked & stems(clause)]
+    return hits[0] if len(hits) == 1 else None
+
+
+# stems, as _says_what_is_asked compares them ('thi' is 'this', 'doe' is 'does')
+_QUESTION_FRAME = frozenset({"which", "these", "thi", "that", "what", "doe", "word", "reply", "answer", "with",
+                             "from", "following", "only", "just", "name", "choose", "pick", "option", "one"})
 
 
 _SETS_APART = frozenset({"than", "not", "rather", "instead", "before", "over", "unlike"})
