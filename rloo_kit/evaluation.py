@@ -62,6 +62,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 ONE_ANSWER_MIN_ROWS = 8  # fewer held-out replies say little about a habit (validation passes ask for fewer)
 ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
 ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
+ONE_PLACE_AGAINST = 4  # rows whose answer sits elsewhere, at least, to tell a habit of one place from knowing
 
 
 @dataclass
@@ -108,6 +109,25 @@ class EvalReport:
             return None
         return {"answer": answer, "replies": len(rows), "given": given, "right": right}
 
+    def one_place(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
+        """Where most replies to choice questions pick the choice at one place in the question's list (the first
+        offered, say) whatever the row, and keep to it on the rows whose answer sits elsewhere: a number-choice run
+        learned '<first number> is larger than <second>.' for every pair, right on the 15 of 24 held-out pairs
+        that put the larger first and on none of the 9 others. The place (1 is the first offered), how many
+        replies pick it, how many rows answer elsewhere and how many of those still pick it; None otherwise."""
+        rows = [r for r in self.completions if r.get("choices") and r.get("predicted") is not None]
+        if len(rows) < min_rows:
+            return None
+        picked = [_place([r["predicted"]], r["choices"]) for r in rows]
+        place, given = Counter(picked).most_common(1)[0]
+        against = [p for r, p in zip(rows, picked, strict=True)
+                   if _place(accepted_answers(r["answer"]), r["choices"]) != place]
+        kept = sum(p == place for p in against)
+        if (place is None or given < ONE_ANSWER_SHARE * len(rows) or len(against) < ONE_PLACE_AGAINST
+                or kept < ONE_ANSWER_SHARE * len(against)):
+            return None
+        return {"place": place + 1, "replies": len(rows), "given": given, "against": len(against), "kept": kept}
+
     def chance_right(self) -> float | None:
         """The rows these replies would be right on, dealt to the rows at random: what replies that do not read the
         row score (one answer to every row, or two in turn). A held-back weekday file's replies alternated 'Tuesday'
@@ -143,6 +163,11 @@ class EvalReport:
 def _right_for(answer: str, rows: list[dict]) -> int:
     """The rows `answer` is right for, by their accepted answers."""
     return sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
+
+
+def _place(answers: list[str], choices: Sequence[str]) -> int | None:
+    """Where the first of `choices` that one of `answers` matches sits in the list (0 is the first), or None."""
+    return next((i for i, c in enumerate(choices) if any(answers_match(a, c) for a in answers)), None)
 
 
 def _one_value(answer: str) -> float | str:
@@ -446,6 +471,8 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
             if answers:
                 row.update(answer=answers[i], predicted=predicted_answer(t, match=match, prompt=p, **rules[i]),
                            correct=ok[s])
+                if rules[i].get("choices"):
+                    row["choices"] = list(rules[i]["choices"])  # in the question's order: see EvalReport.one_place
                 if match == "final" and not ok[s] and answered_earlier(t, answers[i], prompt=p, **rules[i]):
                     row["answered_earlier"] = True  # right first, then gone on from: see rewards.answered_earlier
             row.update({name: vals[i * samples + s] for name, vals in rewards.items()})

@@ -84,6 +84,7 @@ class RunReport:
     adapter: str | None = None
     diagnoses: list[str] = field(default_factory=list)
     one_answer: dict | None = None  # after training, one answer given to most held-out prompts (EvalReport.one_answer)
+    one_place: dict | None = None  # after training, the choice at one place of each list picked (EvalReport.one_place)
     right_while_cut: dict | None = None  # after training, most right replies cut at the limit (EvalReport)
     smoke: bool = False
 
@@ -125,6 +126,12 @@ class RunReport:
                        f"'{one['answer']}', the right answer for {one['right']} of the {one['replies']} prompts: a "
                        "favourite answer, not (yet) the task. Read its replies (evaluation_after.json); where the "
                        "training reward was still rising, train longer (--minutes keeps the best validation step).")
+        if place := self.one_place:
+            out.append(f"  one place in every list: {place['given']} of {place['replies']} held-out replies pick the "
+                       f"choice offered {_ordinal(place['place'])}, {place['kept']} of them on the {place['against']} "
+                       "prompts whose answer is offered elsewhere: the order of the choices, not the question, "
+                       "chooses. Read its replies (evaluation_after.json); rows that offer the answer in every place "
+                       "in turn, and more of them, take the shortcut away.")
         if cut := self.right_while_cut:
             out.append(f"  right but cut: {cut['cut']} of the {cut['right']} right held-out replies ran to the "
                        f"{cut['tokens']}-token limit without ending. A reply cut there has not ended on its answer, "
@@ -371,6 +378,7 @@ class Run:
         change = paired_change(self.before, self.after) if self.before else None
         self.report.accuracy_after, self.report.after = self.after.accuracy, self.after.summary()
         self.report.one_answer, self.report.right_while_cut = self.after.one_answer(), self.after.right_while_cut()
+        self.report.one_place = self.after.one_place()
         self.report.paired = None if change is None else change.to_dict()
         return self.after
 
@@ -458,6 +466,10 @@ def _cannot_learn(problems: list[str], force: str) -> str:
     """The pre-flight's refusal, one sentence for every place that refuses a run."""
     return (f"the pre-flight says the run that would be trained cannot learn ({', '.join(problems)}); its fixes are "
             f"above, and {force} trains anyway.")
+
+
+def _ordinal(place: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(place, f"{place}th")
 
 
 def _fmt(accuracy: float | None) -> str:

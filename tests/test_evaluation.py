@@ -176,6 +176,29 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 
 
+def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not():
+    """A number-choice run learned '<first number> is larger than <second>.' for every pair: right wherever the
+    larger came first, wrong on every other row."""
+    pairs = [("92", "18"), ("35", "86"), ("64", "61"), ("17", "71"), ("99", "69"), ("38", "70"), ("85", "74"),
+             ("11", "42"), ("22", "11"), ("54", "86")]
+
+    def replies(pick) -> EvalReport:
+        rows = [{"prompt": f"Which number is larger, {a} or {b}?", "completion": f"{pick(a, b)} is larger.",
+                 "answer": max(a, b, key=int), "predicted": pick(a, b), "choices": [a, b]} for a, b in pairs]
+        for r in rows:
+            r["correct"] = r["predicted"] == r["answer"]
+        return EvalReport(sum(r["correct"] for r in rows) / len(rows), {}, {}, 1.0, 0.0, 1, rows)
+
+    first = replies(lambda a, b: a)
+    assert first.one_place() == {"place": 1, "replies": 10, "given": 10, "against": 5, "kept": 5}
+    assert first.one_answer() is None  # the numbers given vary: the one answer check cannot see it
+    assert replies(lambda a, b: max(a, b, key=int)).one_place() is None  # reads the numbers
+    assert replies(lambda a, b: a).one_place(min_rows=11) is None  # too few replies to tell
+    mostly_first = pairs[:2] + [(a, b) for a, b in pairs[2:] if int(a) > int(b)]  # answers elsewhere: one row only
+    pairs[:] = mostly_first
+    assert replies(lambda a, b: a).one_place(min_rows=4) is None
+
+
 def test_chance_is_what_the_replies_would_be_right_on_dealt_to_the_rows_at_random():
     """A held-back weekday file's replies alternated 'Tuesday' and 'Sunday' whatever the day asked: right on 1 of 6,
     and dealt at random, half of them would be right on each of its two rows whose answer they name."""

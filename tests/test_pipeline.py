@@ -58,6 +58,10 @@ def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
     assert trained.refusal() is None and trained.lines()[0].startswith("held-out accuracy: before 0.17")
     habit = RunReport(**common, trained=True, one_answer={"answer": "colour", "replies": 13, "given": 12, "right": 6})
     assert "12 of 13 held-out replies answer 'colour', the right answer for 6 of the 13 prompts" in habit.lines()[-1]
+    first = RunReport(**common, trained=True, one_place={"place": 1, "replies": 24, "given": 22, "against": 9,
+                                                         "kept": 8})
+    assert ("22 of 24 held-out replies pick the choice offered first, 8 of them on the 9 prompts whose answer is "
+            "offered elsewhere") in first.lines()[-1]
     padded = RunReport(**common, trained=True, right_while_cut={"right": 14, "cut": 14, "tokens": 64})
     assert "right but cut: 14 of the 14 right held-out replies ran to the 64-token limit" in padded.lines()[-1]
 
