@@ -76,9 +76,6 @@ UNSCORED_SHARE = 0.5  # a reward leaving more than this share unscored: unscored
 FIT_CUT_SHARE = 0.2  # completions cut above this share: an open completion length is raised
 SHORTEST_FIT = 64  # an open completion length twice what 90% of answers need or more is cut to that, not below this
 BREVITY_WEIGHT = 0.2  # the weight of the brevity reward the kit adds when a model rambles
-# ... which pays a short answer's room in full and falls to 0 at the completion limit, in characters: about four to a
-# token (SmolLM2's 16-token samples of a number-choice file ran 3.9 characters a token)
-CHARS_PER_TOKEN = 4
 NOISE_P = 0.05  # greedy answers right on more prompts than samples this accurate reach by this chance: noise
 NOISE_GAP = 0.05  # ... and on this much more of them at least (over many prompts, a tiny lead passes the test)
 COLDER = (0.5, 0.3)  # the temperatures probed, in turn, when they are (FACTS: 0.3 turned 94% flat into 16%)
@@ -485,9 +482,8 @@ def _propose_length_and_brevity(report: PreflightReport, judge: _Judge, run: _In
         return rewards
     report.adjustments = [f"completion length {length} -> {new}"] if new != length else []
     if add_brevity:
-        report.brevity_max_chars = max(_answer_room(run.dataset), CHARS_PER_TOKEN * new)
-        rewards = ([*run.funcs, *guard([fitted_brevity(run.dataset, report.brevity_max_chars)])],
-                   [*run.weights, BREVITY_WEIGHT])
+        report.brevity_max_chars = _brevity_chars(run.dataset)
+        rewards = ([*run.funcs, *guard([brevity(max_chars=report.brevity_max_chars)])], [*run.weights, BREVITY_WEIGHT])
         report.proposed = judge(report.proposed.max_completion_length, *rewards)
         report.adjustments.append(f"+ brevity reward (weight {BREVITY_WEIGHT:g})")
     return rewards
@@ -1024,19 +1020,11 @@ def _prompt_text(prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
-def _answer_room(dataset: Dataset) -> int:
-    """What a short answer may take: four times the longest answer, at least 40 characters."""
+def _brevity_chars(dataset: Dataset) -> int:
+    """The brevity reward's scale: room for four times the longest answer, at least 40 characters."""
     answers = dataset["answer"][:200] if "answer" in dataset.column_names else []
     longest = max((len(str(x)) for a in answers for x in (a if isinstance(a, list) else [a])), default=10)
     return max(40, 4 * longest)
-
-
-def fitted_brevity(dataset: Dataset, max_chars: int) -> RewardFunc:
-    """The brevity reward the kit adds to a rambling task: full pay within a short answer's room, 0 at `max_chars`
-    (the completion limit). A scale that ended at the room paid every reply of a verbose model 0 (a run recorded
-    before that scale had its `max_chars` there: it keeps the plain linear scale)."""
-    room = _answer_room(dataset)
-    return brevity(max_chars=max_chars, free_chars=room if room < max_chars else 0)
 
 
 def fit_task(task: Task, report: PreflightReport) -> tuple[Task, list[str]]:
@@ -1069,7 +1057,7 @@ def refit(task: Task, max_completion_length: int | None, brevity_max_chars: int 
     if task.max_completion_length is None and max_completion_length is not None:
         task = task.replace(max_completion_length=max_completion_length)
         if brevity_max_chars is not None:
-            task = task.with_reward(fitted_brevity(task.train, brevity_max_chars), BREVITY_WEIGHT)
+            task = task.with_reward(brevity(max_chars=brevity_max_chars), BREVITY_WEIGHT)
     if task.temperature is None and temperature is not None:
         task = task.replace(temperature=temperature)
     return task

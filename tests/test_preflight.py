@@ -23,7 +23,6 @@ from rloo_kit.preflight_check import (
     _unpaid,
     diagnose,
     fit_task,
-    refit,
 )
 from rloo_kit.rewards import correct_answer, exact_answer
 
@@ -361,22 +360,6 @@ def test_fit_task_trains_the_setup_the_report_judged():
     assert calm.max_completion_length == 16 and len(calm.reward_funcs) == 1 and notes == []
     fixed = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)  # a task that sets its own length keeps it
     assert fit_task(fixed, judged) == (fixed, [])
-
-
-def test_the_fitted_brevity_reaches_the_completion_limit():
-    """The brevity reward the kit adds pays a short answer's room in full and falls to 0 at the completion limit
-    (a number-choice file at 128 tokens: brevity mean 0.009 with a 40-character scale, 0.42 with this one); a
-    fit.json of a run recorded before keeps its plain 40-character scale on --resume."""
-    task = rloo_kit.load_task("arithmetic", n_train=20, n_test=4).replace(name="file", max_completion_length=None,
-                                                                         reward_funcs=(correct_answer,),
-                                                                         reward_weights=None)
-    fitted = refit(task, 128, brevity_max_chars=4 * 128)
-    replies = ["7", "So 3 + 4 = 7.", "x" * 276, "x" * 600]
-    scores = fitted.reward_funcs[-1](prompts=["q"] * 4, completions=replies, answer=["7"] * 4)
-    assert scores == [1.0, 1.0, pytest.approx(0.5), 0.0]  # 40 characters free, then linear to 512
-    recorded = refit(task, 128, brevity_max_chars=40)
-    assert recorded.reward_funcs[-1](prompts=["q"] * 2, completions=["7", "x" * 276], answer=["7"] * 2) == [
-        pytest.approx(39 / 40), 0.0]
 
 
 def test_a_probe_still_cut_is_widened_by_continuing_its_own_samples(tiny_model_dir, monkeypatch):

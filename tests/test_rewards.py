@@ -97,17 +97,6 @@ def test_gated_brevity_pays_short_replies_only_where_they_are_right():
     assert set(never_right) == {0.0}
 
 
-def test_brevity_with_a_free_room_pays_it_in_full_and_reaches_the_limit():
-    """A verbose model's replies all run past 40 characters: a scale that ends there pays them all 0 and has no
-    spread; one that reaches the completion limit still orders them by length."""
-    reach = brevity(max_chars=500, free_chars=40)
-    scores = reach(prompts=["q"] * 4, completions=["72", "The larger number is 72.", "x" * 270, "x" * 600])
-    assert scores == [1.0, 1.0, pytest.approx(0.5), 0.0]
-    assert set(brevity(max_chars=40)(prompts=["q"] * 2, completions=["x" * 270, "x" * 500])) == {0.0}
-    with pytest.raises(ValueError, match="free_chars"):
-        brevity(max_chars=40, free_chars=40)
-
-
 def test_combine_weights_and_required_columns():
     both = combine((correct_answer, 1.0), (brevity(max_chars=10), 0.5))
     assert required_columns(both) == {"answer"}

@@ -53,13 +53,9 @@ def tag_format(tags: Sequence[str] = ("think", "answer")) -> RewardFunc:
     format_reward.__name__ = "format_" + "_".join(tags)
     return format_reward
 
-def brevity(max_chars: int = 40, *, free_chars: int = 0, gate: RewardFunc | None = None) -> RewardFunc:
-    """1.0 for an answer of up to `free_chars` characters (an empty one by default), falling linearly to 0.0 at
-    `max_chars`. Weight it small: it breaks ties between right answers in favour of the shorter one.
-
-    `free_chars` gives it reach: a scale from a short answer's room to the completion limit keeps a group of
-    rambling replies apart by length, where a 40-character scale pays all of them 0 and so teaches nothing (a
-    number-choice file's pre-flight at 128 tokens: brevity mean 0.009 there).
+def brevity(max_chars: int = 40, *, gate: RewardFunc | None = None) -> RewardFunc:
+    """1.0 for an empty answer, falling linearly to 0.0 at `max_chars` characters. Weight it small:
+    it breaks ties between right answers in favour of the shorter one.
 
     `gate` (the task's answer reward): paid only where the gate scores above 0, so a short wrong reply earns
     nothing more than a long one, as in Kimi k1.5's length reward. Ungated, a run whose answers are never right
@@ -70,17 +66,10 @@ def brevity(max_chars: int = 40, *, free_chars: int = 0, gate: RewardFunc | None
 
     >>> brevity(10, gate=correct_answer)(["q", "q"], ["7", "8"], answer=["7", "7"])
     [0.9, 0.0]
-    >>> brevity(40, free_chars=20)(["q", "q", "q"], ["x" * 20, "x" * 30, "x" * 50])
-    [1.0, 0.5, 0.0]
     """
-    if not 0 <= free_chars < max_chars:
-        raise ValueError(f"brevity(max_chars={max_chars}, free_chars={free_chars}): free_chars must be at least 0 "
-                         "and below max_chars, the length that earns 0.")
-    span = max_chars - free_chars
 
     def brevity_reward(prompts: list, completions: list, **kwargs) -> list[float]:
-        lengths = [len(completion_text(c).strip()) for c in completions]
-        short = [min(1.0, max(0.0, 1.0 - (n - free_chars) / span)) for n in lengths]
+        short = [max(0.0, 1.0 - len(completion_text(c).strip()) / max_chars) for c in completions]
         if gate is None:
             return short
         right = gate(prompts=prompts, completions=completions, **kwargs)
