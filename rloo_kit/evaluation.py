@@ -112,9 +112,9 @@ class EvalReport:
     def one_place(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies to choice questions pick the choice at one place in the question's list (the first
         offered, say) whatever the row, and keep to it on the rows whose answer sits elsewhere: a number-choice run
-        learned '<first number> is larger than <second>.' for every pair, right on the 15 of 24 held-out pairs
-        that put the larger first and on none of the 9 others. The place (1 is the first offered), how many
-        replies pick it, how many rows answer elsewhere and how many of those still pick it; None otherwise."""
+        learned '<first number> is larger than <second>.', given to 22 of 24 held-out pairs: right on 14 of the 15
+        that put the larger first, on 1 of the 9 others. The place (1 is the first offered), how many replies pick
+        it, how many rows answer elsewhere and how many of those still pick it; None otherwise."""
         rows = [r for r in self.completions if r.get("choices") and r.get("predicted") is not None]
         if len(rows) < min_rows:
             return None

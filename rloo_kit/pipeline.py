@@ -130,8 +130,8 @@ class RunReport:
             out.append(f"  one place in every list: {place['given']} of {place['replies']} held-out replies pick the "
                        f"choice offered {_ordinal(place['place'])}, {place['kept']} of them on the {place['against']} "
                        "prompts whose answer is offered elsewhere: the order of the choices, not the question, "
-                       "chooses. Read its replies (evaluation_after.json); rows that offer the answer in every place "
-                       "in turn, and more of them, take the shortcut away.")
+                       "chooses, so the gain is not the task's. Read its replies (evaluation_after.json) before "
+                       "trusting it.")
         if cut := self.right_while_cut:
             out.append(f"  right but cut: {cut['cut']} of the {cut['right']} right held-out replies ran to the "
                        f"{cut['tokens']}-token limit without ending. A reply cut there has not ended on its answer, "

@@ -177,12 +177,12 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
 
 
 def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not():
-    """A number-choice run learned '<first number> is larger than <second>.' for every pair: right wherever the
-    larger came first, wrong on every other row."""
+    """A number-choice run learned '<first number> is larger than <second>.': right wherever the larger came first,
+    wrong on every other row (here on every pair; the run's own replies did so on 22 of 24)."""
     pairs = [("92", "18"), ("35", "86"), ("64", "61"), ("17", "71"), ("99", "69"), ("38", "70"), ("85", "74"),
              ("11", "42"), ("22", "11"), ("54", "86")]
 
-    def replies(pick) -> EvalReport:
+    def replies(pick, pairs=pairs) -> EvalReport:
         rows = [{"prompt": f"Which number is larger, {a} or {b}?", "completion": f"{pick(a, b)} is larger.",
                  "answer": max(a, b, key=int), "predicted": pick(a, b), "choices": [a, b]} for a, b in pairs]
         for r in rows:
@@ -195,8 +195,7 @@ def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not
     assert replies(lambda a, b: max(a, b, key=int)).one_place() is None  # reads the numbers
     assert replies(lambda a, b: a).one_place(min_rows=11) is None  # too few replies to tell
     mostly_first = pairs[:2] + [(a, b) for a, b in pairs[2:] if int(a) > int(b)]  # answers elsewhere: one row only
-    pairs[:] = mostly_first
-    assert replies(lambda a, b: a).one_place(min_rows=4) is None
+    assert replies(lambda a, b: a, mostly_first).one_place(min_rows=4) is None
 
 
 def test_chance_is_what_the_replies_would_be_right_on_dealt_to_the_rows_at_random():
