@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 
 from .diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY, Thresholds
 from .distributed import agreed, is_main_process
+from .evaluation import ordinal
 
 log = logging.getLogger("rloo_kit")
 
@@ -41,7 +42,8 @@ STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the 
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
 VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
-HABIT_MARKS = ("one_answer", "chance")  # a curve point's marks of replies that ignore the row (Validation.marks)
+# a curve point's marks of replies that ignore the row (Validation.marks)
+HABIT_MARKS = ("one_answer", "one_place", "chance")
 # solved (`TimeBudget.stops_solved`): the latest steps over which nine groups in ten (the health monitor's share)
 # were flat. A held-back first-letter file was right on all 12 validation rows from step 7 and flat from step 16 (the
 # monitor's `converged`; after it, one step in five or six had a group of its four with a wrong sample), and spent
@@ -52,19 +54,25 @@ SOLVED_FLAT_STEPS = 5
 @dataclass(frozen=True)
 class Validation:
     """One greedy pass over the validation rows: right or not, row by row; the answer that most replies gave
-    whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None; and the
-    rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`), where known."""
+    whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None; the
+    place in each list of choices that most replies picked whatever the row (`EvalReport.one_place`, 1 the first),
+    else None; and the rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`),
+    where known."""
 
     right: list[bool]
     one_answer: str | None = None
     chance: float | None = None
+    one_place: int | None = None
 
     def marks(self) -> dict:
-        """What the curve point of this pass notes about replies that ignore the row: {"one_answer": answer}, or
-        {"chance": accuracy} where the replies vary but are right on no more rows than chance gives them (a
-        habit of two answers), else nothing. Only where HABIT_ROWS replies or more can say so."""
+        """What the curve point of this pass notes about replies that ignore the row: {"one_answer": answer},
+        {"one_place": place}, or {"chance": accuracy} where the replies vary but are right on no more rows than
+        chance gives them (a habit of two answers), else nothing. Only where HABIT_ROWS replies or more can say
+        so."""
         if self.one_answer is not None:
             return {"one_answer": self.one_answer}
+        if self.one_place is not None:
+            return {"one_place": self.one_place}
         right = sum(self.right)
         if self.chance is None or len(self.right) < HABIT_ROWS or not 0 < right <= self.chance + 1e-9:  # float sums
             return {}
@@ -75,6 +83,8 @@ def habit_note(point: dict) -> str:
     """The curve point's mark in words, as the step line and the run's report print it ('' where it has none)."""
     if "one_answer" in point:
         return f", most replies '{point['one_answer']}' whatever the row"
+    if "one_place" in point:
+        return f", most replies pick the choice offered {ordinal(point['one_place'])} whatever the row"
     if "chance" in point:
         return f", no better than its replies dealt to the rows at random ({point['chance']:.2f})"
     return ""
@@ -99,8 +109,8 @@ class TimeBudget(TrainerCallback):
     Where the kept step is not the last, the last step's adapter is saved to output_dir/last first, for a user who
     doubts a few validation rows to measure it beside the kept one.
 
-    `curve`: [{"step", "minutes", "accuracy"} (+ "one_answer" or "chance": `Validation.marks`)], `best`: the kept
-    one of them."""
+    `curve`: [{"step", "minutes", "accuracy"} (+ "one_answer", "one_place" or "chance": `Validation.marks`)],
+    `best`: the kept one of them."""
 
     def __init__(self, minutes: float, validate: Callable[[object], Validation | None], output_dir: str | Path):
         self.seconds, self.validate, self.out = 60 * minutes, validate, Path(output_dir)

@@ -18,7 +18,7 @@ from .budget import BEST_DIR, LAST_DIR, habit_note, read_json
 from .diagnostics import NOT_FAILURES
 from .distributed import is_main_process
 from .errors import RunRefused
-from .evaluation import EvalReport, PairedChange, paired_change
+from .evaluation import EvalReport, PairedChange, ordinal, paired_change
 from .models import attach_lora
 from .pool import PromptPool
 from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
@@ -128,7 +128,7 @@ class RunReport:
                        "training reward was still rising, train longer (--minutes keeps the best validation step).")
         if place := self.one_place:
             out.append(f"  one place in every list: {place['given']} of {place['replies']} held-out replies pick the "
-                       f"choice offered {_ordinal(place['place'])}, {place['kept']} of them on the {place['against']} "
+                       f"choice offered {ordinal(place['place'])}, {place['kept']} of them on the {place['against']} "
                        "prompts whose answer is offered elsewhere: the order of the choices, not the question, "
                        "chooses, so the gain is not the task's. Read its replies (evaluation_after.json) before "
                        "trusting it.")
@@ -466,10 +466,6 @@ def _cannot_learn(problems: list[str], force: str) -> str:
     """The pre-flight's refusal, one sentence for every place that refuses a run."""
     return (f"the pre-flight says the run that would be trained cannot learn ({', '.join(problems)}); its fixes are "
             f"above, and {force} trains anyway.")
-
-
-def _ordinal(place: int) -> str:
-    return {1: "first", 2: "second", 3: "third"}.get(place, f"{place}th")
 
 
 def _fmt(accuracy: float | None) -> str:

@@ -218,14 +218,16 @@ def _learning_rate(model, preset: Preset) -> float:
 
 def _validator(task: Task, tokenizer, config: RLOOConfig):
     """Greedy answers to the task's validation rows, at the completion length training samples: right or not, row
-    by row, and the one answer they give whatever the row where they do (None for a task without answers)."""
+    by row, and the one answer or the one place in a list of choices they give whatever the row where they do (None
+    for a task without answers)."""
     def validate(model) -> Validation | None:
         report = task.evaluate(model, tokenizer, dataset=task.validation, max_new_tokens=config.max_completion_length)
         if report.accuracy is None:
             return None
         habit = report.one_answer(min_rows=HABIT_ROWS)
+        place = report.one_place(min_rows=HABIT_ROWS)
         return Validation([bool(r["correct"]) for r in report.completions], habit and habit["answer"],
-                          report.chance_right())
+                          report.chance_right(), place and place["place"])
 
     return validate
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,6 +27,8 @@ from rloo_kit.budget import (
 )
 from rloo_kit.cli import main
 from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY
+from rloo_kit.evaluation import EvalReport
+from rloo_kit.training import _validator
 
 from .helpers import BudgetClock, run_budget, train_args, train_cmd
 
@@ -118,6 +121,32 @@ def test_a_step_whose_replies_give_one_answer_whatever_the_row_is_not_kept(tmp_p
             steps=(0, 24, 64))
     assert saved == [0, 64] and budget.curve[1]["one_answer"] == "Tuesday" and "one_answer" not in budget.curve[2]
     assert "step 24 (0.0 min): 0.33, most replies 'Tuesday' whatever the row (kept: step 0, 0.00)" in caplog.text
+
+
+def test_a_step_whose_replies_pick_one_place_in_every_list_is_not_kept(tmp_path, monkeypatch, caplog):
+    """A number-choice run learned '<first number> is larger than <second>.': right on the rows that offer the
+    larger first, more of them than step 0's reasoned replies. A step that picks by place is not kept."""
+    with caplog.at_level("INFO", logger="rloo_kit"):
+        budget, saved = _measured(tmp_path, monkeypatch, [
+            _first_right(5, 20), Validation(_first_right(12, 20).right, one_place=1), _first_right(9, 20)],
+            steps=(0, 20, 40))
+    assert saved == [0, 40] and budget.curve[1]["one_place"] == 1 and "one_place" not in budget.curve[2]
+    assert ("step 20 (0.0 min): 0.60, most replies pick the choice offered first whatever the row (kept: step 0, "
+            "0.25)") in caplog.text
+
+
+def test_the_validation_pass_marks_replies_that_pick_by_place():
+    """The greedy pass a budget measures names the place its replies pick whatever the row, as the report after
+    training does (`EvalReport.one_place`)."""
+    pairs = [("92", "18"), ("35", "86"), ("64", "61"), ("17", "71"), ("99", "69"), ("38", "70"), ("11", "42")]
+    rows = [{"prompt": f"Which number is larger, {a} or {b}?", "completion": f"{a} is larger than {b}.",
+             "answer": max(a, b, key=int), "predicted": a, "choices": [a, b], "correct": int(a) > int(b)}
+            for a, b in pairs]
+    report = EvalReport(3 / 7, {}, {}, 8.0, 0.0, 1, rows)
+    task = SimpleNamespace(validation=None, evaluate=lambda *args, **kwargs: report)
+    measured = _validator(task, tokenizer=None, config=SimpleNamespace(max_completion_length=64))(model=None)
+    assert measured.right == [True, False, True, False, True, False, False]
+    assert measured.marks() == {"one_place": 1}
 
 
 def test_a_step_right_no_more_often_than_chance_or_on_no_row_is_not_kept(tmp_path, monkeypatch, caplog):

@@ -353,6 +353,23 @@ def test_a_choice_is_picked_where_the_reply_sets_it_against_the_others():
     assert is_correct("A car is bigger than a chair.", "car", choices=things)
 
 
+def test_a_pick_said_the_other_way_round_answers_with_the_other_choice():
+    """A held-out reply to a which-is-larger file, 'The smaller number is 86, which is 86.', was paid as picking 86:
+    a comparison opposite to the question's picks the other of two choices, none of three, and 'not smaller' or
+    both directions at once flip nothing."""
+    larger = "Which number is larger, 86 or 79?"
+    pair = ["86", "79"]
+    assert not is_correct("The smaller number is 86, which is 86.", "86", prompt=larger, choices=pair)
+    assert is_correct("79 is less than 86.", "86", prompt=larger, choices=pair)
+    assert is_correct("86 is not smaller than 79.", "86", prompt=larger, choices=pair)
+    assert is_correct("86 is larger than 79, and 79 is smaller.", "86", prompt=larger, choices=pair)
+    assert is_correct("The smaller number is 86.", "86", choices=pair)  # no question: nothing to compare against
+    smallest = "Which is the smallest: 19, 82 or 90?"
+    assert not is_correct("82 is larger than 19.", "19", prompt=smallest, choices=["19", "82", "90"])
+    heavier = "Which is heavier, a brick or a feather?"
+    assert is_correct("A feather is lighter than a brick.", "brick", prompt=heavier, choices=["brick", "feather"])
+
+
 def test_a_reply_that_only_mentions_the_word_answer_marks_none():
     """'To find the answer, we ...' marks no answer: its last sentence is read, as for any reply."""
     assert is_correct("To find the answer, we compare 24 and 56. The larger number is 56.", "56", choices=["24", "56"])

@@ -213,6 +213,13 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     True
     >>> picked_choice("Glacier comes before pear.", ["glacier", "pear"])
     'glacier'
+
+    A pick said in the opposite of the question's comparison ('smaller' where it asks 'larger') picks the other of
+    two choices, and none of more: '57 is less than 79.' answers 'Which is larger, 79 or 57?' with 79, and 'The
+    smaller number is 86.' with the other number, where the last-sentence rule paid 86 (`_said_the_other_way`).
+
+    >>> picked_choice("The smaller number is 86.", ["86", "79"], "Which number is larger, 86 or 79?")
+    '79'
     """
     marked = _marked_span(text)
     for span in [marked] if marked is not None else reversed(sentences(text)):
@@ -223,9 +230,50 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
         (_, end, first), *others = named
         rival = next((start for start, _, choice in others if choice != first), None)
         if rival is None or _SETS_APART & set(re.findall(r"[a-z]+", said[end:rival].lower())):
-            return first
+            if not _said_the_other_way(said, question):
+                return first
+            rest = {c for c in choices if not answers_match(first, c)}
+            return rest.pop() if len(rest) == 1 else None
         return None if offers_numbers(choices) else _says_what_is_asked(said, named, question)
     return None
+
+
+def _said_the_other_way(said: str, question: str) -> bool:
+    """Whether `said` compares in the opposite direction of `question` ('smaller' where it asks 'larger') and nowhere
+    in its direction. A comparison word just after 'not' or 'no' ('86 is not smaller than 79') says nothing either
+    way. A held-out reply to a which-is-larger file, 'The smaller number is 86, which is 86.', was paid as picking
+    86."""
+    def claims(text: str) -> set[str]:
+        words = re.findall(r"[a-z]+", text.lower())
+        return {w for before, w in zip(["", *words], words, strict=False) if before not in _NEGATIONS} & set(_DIRECTION)
+
+    asked = {_DIRECTION[w] for w in claims(question)}
+    if len(asked) != 1:
+        return False
+    (direction,) = asked
+    said_ways = {_DIRECTION[w] for w in claims(said) if _DIRECTION[w][0] == direction[0]}
+    return said_ways == {(direction[0], not direction[1])}
+
+
+_NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
+
+
+def _directions(*dimensions: tuple[str, str]) -> dict[str, tuple[int, bool]]:
+    """Comparison words -> (dimension, upward): 'smaller' is (0, False), 'largest' (0, True)."""
+    return {word: (i, upward) for i, (up, down) in enumerate(dimensions)
+            for upward, words in ((True, up), (False, down)) for word in words.split()}
+
+
+_DIRECTION = _directions(
+    ("larger bigger greater higher largest biggest greatest highest maximum",
+     "smaller less lesser lower fewer smallest least lowest minimum"),
+    ("heavier heaviest", "lighter lightest"),
+    ("longer longest taller tallest", "shorter shortest"),
+    ("older oldest", "younger youngest"),
+    ("hotter hottest warmer warmest", "colder coldest cooler coolest"),
+    ("faster fastest", "slower slowest"),
+    ("earlier earliest", "later latest"),
+)
 
 
 def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], question: str) -> str | None:
