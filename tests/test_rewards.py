@@ -355,13 +355,15 @@ def test_a_choice_is_picked_where_the_reply_sets_it_against_the_others():
 
 def test_a_pick_said_the_other_way_round_answers_with_the_other_choice():
     """A held-out reply to a which-is-larger file, 'The smaller number is 86, which is 86.', was paid as picking 86:
-    a comparison opposite to the question's picks the other of two choices, none of three, and 'not smaller' or
-    both directions at once flip nothing."""
+    a comparison opposite to the question's picks the other of two choices, none of three; 'not larger' compares as
+    'smaller', and both directions at once flip nothing."""
     larger = "Which number is larger, 86 or 79?"
     pair = ["86", "79"]
     assert not is_correct("The smaller number is 86, which is 86.", "86", prompt=larger, choices=pair)
     assert is_correct("79 is less than 86.", "86", prompt=larger, choices=pair)
     assert is_correct("86 is not smaller than 79.", "86", prompt=larger, choices=pair)
+    assert is_correct("79 is not larger than 86.", "86", prompt=larger, choices=pair)
+    assert is_correct("79 is not the larger number, 86 is.", "86", prompt=larger, choices=pair)
     assert is_correct("86 is larger than 79, and 79 is smaller.", "86", prompt=larger, choices=pair)
     assert is_correct("The smaller number is 86.", "86", choices=pair)  # no question: nothing to compare against
     smallest = "Which is the smallest: 19, 82 or 90?"

@@ -240,19 +240,21 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
 
 def _said_the_other_way(said: str, question: str) -> bool:
     """Whether `said` compares in the opposite direction of `question` ('smaller' where it asks 'larger') and nowhere
-    in its direction. A comparison word just after 'not' or 'no' ('86 is not smaller than 79') says nothing either
-    way. A held-out reply to a which-is-larger file, 'The smaller number is 86, which is 86.', was paid as picking
-    86."""
-    def claims(text: str) -> set[str]:
-        words = re.findall(r"[a-z]+", text.lower())
-        return {w for before, w in zip(["", *words], words, strict=False) if before not in _NEGATIONS} & set(_DIRECTION)
-
-    asked = {_DIRECTION[w] for w in claims(question)}
+    in its direction. A comparison word up to two words after 'not' or 'no' says the other way: '79 is not larger
+    than 86.' compares as 'smaller', '86 is not the smaller.' as 'larger'. A held-out reply to a which-is-larger file,
+    'The smaller number is 86, which is 86.', was paid as picking 86."""
+    asked = _comparisons(question)
     if len(asked) != 1:
         return False
-    (direction,) = asked
-    said_ways = {_DIRECTION[w] for w in claims(said) if _DIRECTION[w][0] == direction[0]}
-    return said_ways == {(direction[0], not direction[1])}
+    ((dimension, upward),) = asked
+    return {way for way in _comparisons(said) if way[0] == dimension} == {(dimension, not upward)}
+
+
+def _comparisons(text: str) -> set[tuple[int, bool]]:
+    """The directions `text` compares in (`_DIRECTION`), a negated comparison word ('not larger') the other way."""
+    words = re.findall(r"[a-z]+", text.lower())
+    return {(_DIRECTION[w][0], _DIRECTION[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
+            for i, w in enumerate(words) if w in _DIRECTION}
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
