@@ -368,6 +368,8 @@ def test_a_pick_said_the_other_way_round_answers_with_the_other_choice():
     assert is_correct("The smaller number is 86.", "86", choices=pair)  # no question: nothing to compare against
     smallest = "Which is the smallest: 19, 82 or 90?"
     assert not is_correct("82 is larger than 19.", "19", prompt=smallest, choices=["19", "82", "90"])
+    yes_no = "Is 36 smaller than 74? Reply yes or no."  # the numbers compared are not the choices
+    assert not is_correct("No, 36 is larger than 74.", "yes", prompt=yes_no, choices=["yes", "no"])
     heavier = "Which is heavier, a brick or a feather?"
     assert is_correct("A feather is lighter than a brick.", "brick", prompt=heavier, choices=["brick", "feather"])
 

@@ -242,7 +242,12 @@ def _said_the_other_way(said: str, question: str) -> bool:
     """Whether `said` compares in the opposite direction of `question` ('smaller' where it asks 'larger') and nowhere
     in its direction. A comparison word up to two words after 'not' or 'no' says the other way: '79 is not larger
     than 86.' compares as 'smaller', '86 is not the smaller.' as 'larger'. A held-out reply to a which-is-larger file,
-    'The smaller number is 86, which is 86.', was paid as picking 86."""
+    'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks which of its
+    choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74? Reply yes
+    or no.' the comparison is between things that are not the choices."""
+    words = set(re.findall(r"[a-z]+", question.lower()))
+    if not words & _ASKS_WHICH or "than" in words:
+        return False
     asked = _comparisons(question)
     if len(asked) != 1:
         return False
@@ -258,6 +263,7 @@ def _comparisons(text: str) -> set[tuple[int, bool]]:
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
+_ASKS_WHICH = frozenset({"which", "what", "who"})
 
 
 def _directions(*dimensions: tuple[str, str]) -> dict[str, tuple[int, bool]]:
