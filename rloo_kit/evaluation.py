@@ -65,10 +65,10 @@ ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this shar
 ONE_PLACE_AGAINST = 4  # rows whose answer sits elsewhere, at least, to tell a habit of one place from knowing
 
 
-
 def ordinal(place: int) -> str:
     """'first' for 1, as `EvalReport.one_place` numbers the places of a list."""
     return {1: "first", 2: "second", 3: "third"}.get(place, f"{place}th")
+
 
 @dataclass
 class EvalReport:

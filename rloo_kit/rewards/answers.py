@@ -245,19 +245,20 @@ def _said_the_other_way(said: str, question: str) -> bool:
     'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks which of its
     choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74? Reply yes
     or no.' the comparison is between things that are not the choices."""
-    words = set(re.findall(r"[a-z]+", question.lower()))
-    if not words & _ASKS_WHICH or "than" in words:
+    words = re.findall(r"[a-z]+", question.lower())
+    if not _ASKS_WHICH & set(words) or "than" in words:
         return False
-    asked = _comparisons(question)
+    asked = _comparisons(words)
     if len(asked) != 1:
         return False
     ((dimension, upward),) = asked
-    return {way for way in _comparisons(said) if way[0] == dimension} == {(dimension, not upward)}
+    said_ways = _comparisons(re.findall(r"[a-z]+", said.lower()))
+    return {way for way in said_ways if way[0] == dimension} == {(dimension, not upward)}
 
 
-def _comparisons(text: str) -> set[tuple[int, bool]]:
-    """The directions `text` compares in (`_DIRECTION`), a negated comparison word ('not larger') the other way."""
-    words = re.findall(r"[a-z]+", text.lower())
+def _comparisons(words: list[str]) -> set[tuple[int, bool]]:
+    """The directions lower-case `words` compare in (`_DIRECTION`), a negated comparison word ('not larger') the
+    other way."""
     return {(_DIRECTION[w][0], _DIRECTION[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
             for i, w in enumerate(words) if w in _DIRECTION}
 
