@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY, Thresholds
+from .diagnostics import ANSWER_SPREAD_KEY, HABIT_KEY, SPREAD_KEY, VALIDATION_KEY, Thresholds
 from .distributed import agreed, is_main_process
 from .evaluation import ordinal
 
@@ -40,7 +40,6 @@ BEST_DIR = "best"  # inside output_dir: the adapter of the step kept so far
 LAST_DIR = "last"  # inside output_dir: the last step's adapter, where another step was kept (to evaluate beside it)
 STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
-VALIDATION_KEY = "validation/accuracy"  # the key a measurement is logged under
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
 # a curve point's marks of replies that ignore the row (Validation.marks)
 HABIT_MARKS = ("one_answer", "one_place", "chance")
@@ -79,15 +78,22 @@ class Validation:
         return {"chance": round(self.chance / len(self.right), 3)}
 
 
-def habit_note(point: dict) -> str:
-    """The curve point's mark in words, as the step line and the run's report print it ('' where it has none)."""
+def habit_words(point: dict) -> str:
+    """The curve point's mark in words ('' where it has none): the step line, the run's report and the health
+    monitor (which reads it logged as `HABIT_KEY`) say it."""
     if "one_answer" in point:
-        return f", most replies '{point['one_answer']}' whatever the row"
+        return f"most replies '{point['one_answer']}' whatever the row"
     if "one_place" in point:
-        return f", most replies pick the choice offered {ordinal(point['one_place'])} whatever the row"
+        return f"most replies pick the choice offered {ordinal(point['one_place'])} whatever the row"
     if "chance" in point:
-        return f", no better than its replies dealt to the rows at random ({point['chance']:.2f})"
+        return f"no better than its replies dealt to the rows at random ({point['chance']:.2f})"
     return ""
+
+
+def habit_note(point: dict) -> str:
+    """`habit_words` as a clause to follow an accuracy: ', most replies ...', or ''."""
+    words = habit_words(point)
+    return f", {words}" if words else ""
 
 
 def validation_rows(n_train: int) -> int:
@@ -120,7 +126,7 @@ class TimeBudget(TrainerCallback):
         self._spent_before = 0.0
         self._start = time.time()
         self._best_weights: dict | None = None
-        self._unlogged: float | None = None  # a measurement the next log has not carried yet
+        self._unlogged: dict = {}  # a measurement the next log has not carried yet: VALIDATION_KEY (and HABIT_KEY)
         self._step_began = self._step_seconds = self._measure_seconds = 0.0  # the latest step's and measurement's
         self._steps_timed = self._passes_timed = 0  # by this process: its first of each carries its warm-up
         self.solved_at: int | None = None  # the step a solved run stopped at (`stops_solved`)
@@ -209,16 +215,18 @@ class TimeBudget(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The latest measurement rides on the next training log as `validation/accuracy` (step 0's on step 1's),
-        so that the health monitor and the live view, which read the logs, see it, and on its copy in log_history,
-        which a checkpoint keeps (a resumed run's diagnoses are replayed over it); the share of the step's groups
-        flat in the answer's reward is kept for `stops_solved`."""
+        with `validation/habit` where its replies ignore the row, so that the health monitor and the live view,
+        which read the logs, see it, and on its copy in log_history, which a checkpoint keeps (a resumed run's
+        diagnoses are replayed over it); the share of the step's groups flat in the answer's reward is kept for
+        `stops_solved`."""
         if logs is not None and "reward" in logs:
             keys = (ANSWER_SPREAD_KEY, SPREAD_KEY, "frac_reward_zero_std")  # the answer's share where logged
             self._flat.append(next((logs[k] for k in keys if k in logs), None) or 0.0)
-            if self._unlogged is not None:
-                logs[VALIDATION_KEY], self._unlogged = self._unlogged, None
+            if self._unlogged:
+                logs.update(self._unlogged)
                 if state.log_history and state.log_history[-1].get("step") == state.global_step:
-                    state.log_history[-1][VALIDATION_KEY] = logs[VALIDATION_KEY]
+                    state.log_history[-1].update(self._unlogged)
+                self._unlogged = {}
         return control
 
     def on_save(self, args, state, control, **kwargs):
@@ -253,7 +261,8 @@ class TimeBudget(TrainerCallback):
         if accuracy is not None:
             point.update(measured.marks())
         self.curve.append(point)
-        self._unlogged = accuracy
+        habit = habit_words(point)
+        self._unlogged = {} if accuracy is None else {VALIDATION_KEY: accuracy, **({HABIT_KEY: habit} if habit else {})}
         kept = accuracy is not None and replaces(point, self.best)
         if kept:
             self.best = point

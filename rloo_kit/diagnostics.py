@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 log = logging.getLogger("rloo_kit")
 
 KINDS = ("high_variance", "kl_explosion", "reward_collapse", "converged", "truncation", "reward_hacking",
-         "memorisation", "tool_unused", "tool_invalid")
+         "memorisation", "answer_habit", "tool_unused", "tool_invalid")
 NOT_FAILURES = ("converged",)
 
 
@@ -119,6 +119,9 @@ class Diagnosis:
 
 SPREAD_KEY = "frac_task_reward_zero_std"  # logged by patch task_reward_spread (patches.compat)
 ANSWER_SPREAD_KEY = "frac_answer_reward_zero_std"  # the same, in the first reward function alone (several of them)
+# logged by a run that measures validation (budget.TimeBudget, budget.StepBudget), at the step it measured
+VALIDATION_KEY = "validation/accuracy"  # greedy accuracy on training rows set apart
+HABIT_KEY = "validation/habit"  # in words, where those replies ignore the row (budget.habit_words)
 
 
 def _series(history: list[dict], key: str) -> list[float]:
@@ -177,7 +180,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         found["reward_hacking"] = hacking
     memorising = _memorisation(history, t, answer_reward)
     if memorising:
-        found["memorisation"] = memorising
+        found["answer_habit" if "habit" in memorising else "memorisation"] = memorising
     found.update(_tool_signs(history, t))
     return found
 
@@ -289,10 +292,10 @@ def _validation_clears_kl(history: list[dict], t: Thresholds) -> bool:
     0.25 -> 0.56), and were named `kl_explosion` with a fix that would slow them. The latest, not the best so far:
     a run that gained early and then fell back to step 0's level has nothing left to pay for. A run without
     validation is judged on its KL alone."""
-    validation = _series(history, "validation/accuracy")
+    validation = _series(history, VALIDATION_KEY)
     if not validation:
         return False
-    fresh = history[-1].get("validation/accuracy") is not None
+    fresh = history[-1].get(VALIDATION_KEY) is not None
     return not fresh or max(validation[1:][-t.memo_points:], default=validation[0]) > validation[0]
 
 
@@ -304,10 +307,16 @@ def _memorisation(history: list[dict], t: Thresholds, answer_reward: str | None 
     steps as the brevity reward shortened the replies, while the answer's reward moved 0.10 -> 0.26, within noise,
     and a total-reward rule stopped the run at 4 of its 8 minutes. Judged on a step that carries a measurement, never
     on one measured steps before while the reward has moved since: a held-back smallest-of-three file was stopped at
-    step 35 on its step-28 validation (0.43 against 0.64 at step 0), and step 35, measured as it stopped, was 0.79."""
-    if history[-1].get("validation/accuracy") is None:
+    step 35 on its step-28 validation (0.43 against 0.64 at step 0), and step 35, measured as it stopped, was 0.79.
+
+    Where the latest measurement's replies ignore the row (`HABIT_KEY`), the evidence says how, and the run is named
+    `answer_habit`: the reward climbed on the training rows that the habit happens to fit. A held-back number-choice
+    run's training reward rose 0.28 -> 0.50 in 24 steps while its validation replies picked the first number offered
+    whatever the row (validation 0.47 at step 0, 0.37 at step 24): more rows and a lower learning rate, memorisation's
+    fix, do not touch a habit."""
+    if history[-1].get(VALIDATION_KEY) is None:
         return None
-    validation = _series(history, "validation/accuracy")
+    validation = _series(history, VALIDATION_KEY)
     mean, _, name = _answer_keys(history, answer_reward)
     rewards = _series(history, mean)
     if len(validation) < t.memo_points + 1 or len(rewards) < 2 * t.window:
@@ -316,10 +325,12 @@ def _memorisation(history: list[dict], t: Thresholds, answer_reward: str | None 
     latest = validation[-t.memo_points:]
     if now - early < t.memo_reward_rise or max(latest) > validation[0] + t.memo_validation_gain:
         return None
-    return {"scored_by": name, "reward_early": round(early, 3), "reward_now": round(now, 3),
-            "validation_start": validation[0],
-            "validation_latest": [round(v, 3) for v in latest],
-            "validation_best_since": max(validation[1:]), "measurements": len(validation)}
+    evidence = {"scored_by": name, "reward_early": round(early, 3), "reward_now": round(now, 3),
+                "validation_start": validation[0], "validation_latest": [round(v, 3) for v in latest],
+                "validation_best_since": max(validation[1:]), "measurements": len(validation)}
+    if history[-1].get(HABIT_KEY):
+        evidence["habit"] = history[-1][HABIT_KEY]
+    return evidence
 
 
 def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
@@ -399,22 +410,35 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 "comes back as the result, so the answer after it is rarely right.",
                 "look at a few calls (the live view's latest completions); make the call syntax in the prompt's "
                 "example match the tool's arguments exactly, and let the tool accept the forms the model writes.")
-    if kind == "memorisation":
-        of_answers = " of the answers" if ev.get("scored_by") == "answer's reward" else ""
-        return (f"The training reward{of_answers} rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy "
-                f"accuracy on training rows set apart is no better than at the start ({ev['validation_start']:g}) "
-                f"over the latest {len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} "
-                f"over the {ev['measurements'] - 1} since the start): the policy is learning its training prompts, "
-                "not the rule that answers them.",
-                f"keep the best validation step's adapter (a run that measures validation does; one given --minutes "
-                f"stops here); give more "
-                f"and more varied training rows; halve learning_rate {lr:g} -> {lr / 2:g} or raise beta so that the "
-                "policy stays nearer the base model.")
+    if kind in ("memorisation", "answer_habit"):
+        return _memorisation_advice(ev, lr)
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
             "no final answer to score.",
             f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or "
             + ("give the brevity reward the run has a larger weight." if ev.get("brevity") else
                "add rloo_kit.rewards.brevity() with a small weight."))
+
+
+def _memorisation_advice(ev: dict, lr: float) -> tuple[str, str]:
+    """The training reward up, validation where it started: prompts learned by heart, or a habit (`ev["habit"]`)
+    that the reward pays on the rows it happens to fit. Neither is the task; only the fixes differ."""
+    of_answers = " of the answers" if ev.get("scored_by") == "answer's reward" else ""
+    flat = (f"The training reward{of_answers} rose {ev['reward_early']:g} -> {ev['reward_now']:g}, but greedy "
+            f"accuracy on training rows set apart is no better than at the start ({ev['validation_start']:g}) over "
+            f"the latest {len(ev['validation_latest'])} measurements (at best {ev['validation_best_since']:g} over the "
+            f"{ev['measurements'] - 1} since the start)")
+    if "habit" not in ev:
+        return (f"{flat}: the policy is learning its training prompts, not the rule that answers them.",
+                "keep the best validation step's adapter (a run that measures validation does; one given --minutes "
+                f"stops here); give more and more varied training rows; halve learning_rate {lr:g} -> {lr / 2:g} or "
+                "raise beta so that the policy stays nearer the base model.")
+    return (f"{flat}, and {ev['habit']}: the policy learned a habit, which the reward pays on the training rows it "
+            "happens to fit, not the task.",
+            "keep the best validation step's adapter (a run that measures validation does, and never keeps a step "
+            "whose replies ignore the row; one given --minutes stops here); count the training rows' answers by label "
+            "and by place in their lists, and even them out where one is far commoner, as a habit earns its answer's "
+            "share of the rows; read a few validation replies beside the base model's (rloo-kit eval) before training "
+            "longer.")
 
 
 def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:

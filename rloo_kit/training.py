@@ -155,8 +155,9 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         validate = _validator(task, tokenizer, config)
         budget = (TimeBudget(minutes, validate, output_dir=config.output_dir) if minutes is not None
                   else StepBudget(validate, output_dir=config.output_dir))
-    # a run given minutes that memorises its training prompts stops: the rest of its minutes would not help
-    monitor = HealthMonitor(stop_on=("memorisation",) if minutes else ()) if monitor is True else monitor or None
+    # a run given minutes that memorises its training prompts, or learns a habit, stops: the rest would not help
+    stop_on = ("memorisation", "answer_habit") if minutes else ()
+    monitor = HealthMonitor(stop_on=stop_on) if monitor is True else monitor or None
     # the budget adds its measurement to a step's log before the monitor reads it
     kit_callbacks = [budget, PoolCallback(pool, config.output_dir) if pool else None, monitor]
     trainer = RLOOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,

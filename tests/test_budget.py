@@ -26,7 +26,7 @@ from rloo_kit.budget import (
     validation_rows,
 )
 from rloo_kit.cli import main
-from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, SPREAD_KEY
+from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, HABIT_KEY, SPREAD_KEY
 from rloo_kit.evaluation import EvalReport
 from rloo_kit.training import _validator
 
@@ -324,6 +324,28 @@ def test_each_measurement_is_in_the_step_log_a_checkpoint_keeps(tmp_path, monkey
     measured = [(max(p["step"], 1), p["accuracy"]) for p in budget.curve]  # step 0's rides on step 1's log
     assert len(logged) >= 4 and logged == measured
     assert "memorisation" in [d.kind for d in rloo_kit.HealthMonitor().diagnose(state.log_history)]
+
+
+def test_replies_that_pick_by_place_ride_in_the_log_and_the_monitor_names_a_habit(tmp_path, monkeypatch):
+    """A held-back number-choice run's training reward rose 0.28 -> 0.50 while its validation replies picked the
+    first number offered whatever the row, and the monitor named memorisation, whose fix (more rows, a lower learning
+    rate) does not touch a habit. The measurement's habit is logged beside its accuracy, and the replay names it."""
+    clock = BudgetClock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    first = Validation([True] * 4 + [False] * 6, one_place=1)
+    measured = iter([_first_right(4, 10)] + [first] * 20)
+    budget = StepBudget(lambda model: next(measured), tmp_path)
+    monkeypatch.setattr(budget, "_keep", lambda model: None)
+    state = run_budget(budget, clock, lambda step: 3, max_steps=40,
+                       logs=lambda step: {"reward": min(0.9, 0.1 + 0.03 * step), "reward_std": 0.3, "kl": 0.01})
+    habits = [h[HABIT_KEY] for h in state.log_history if HABIT_KEY in h]
+    assert len(habits) == len(budget.curve) - 1  # step 0's replies had no habit
+    assert set(habits) == {"most replies pick the choice offered first whatever the row"}
+    diagnoses = rloo_kit.HealthMonitor().diagnose(state.log_history)
+    (named,) = [d for d in diagnoses if d.kind in ("memorisation", "answer_habit")]
+    assert named.kind == "answer_habit" and named.evidence["habit"] == habits[-1]
+    assert "pick the choice offered first whatever the row: the policy learned a habit" in named.message
+    assert "learning_rate" not in named.fix and "by place in their lists" in named.fix
 
 
 @pytest.mark.parametrize("kind, last_right, flat_shares, stopped", [

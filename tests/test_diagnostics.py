@@ -40,6 +40,10 @@ CASES = {
                                           0.5 + 0.03 * i if i <= 12 else 0.86 - 0.05 * (i - 12)}),
     # validation measured every 5 steps (the first on step 1) stays at 0.4 while the training reward climbs
     "memorisation": history(start=1, **{"validation/accuracy": lambda i: 0.42 if i % 5 == 1 else None}),
+    # the same, where the measurements from step 11 on find the replies picking the first choice offered
+    "answer_habit": history(start=1, **{"validation/accuracy": lambda i: 0.42 if i % 5 == 1 else None,
+                                        "validation/habit": lambda i: None if i % 5 != 1 or i < 11 else
+                                        "most replies pick the choice offered first whatever the row"}),
     # a run with tools: calls stop at step 10; or keep coming but mostly fail
     "tool_unused": history(**{"tools/call_rate": lambda i: 0.0}),
     "tool_invalid": history(**{"tools/call_rate": lambda i: 0.6, "tools/valid_call_rate": lambda i: 0.2}),

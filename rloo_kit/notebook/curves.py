@@ -33,7 +33,8 @@ TOOLS = Panel("tool calls", "tools/call_rate", twin="tools/valid_call_rate", twi
               twin_limits=(-0.05, 1.05))
 DIAGNOSIS_COLORS = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
                     "converged": "teal", "truncation": "tab:brown", "reward_hacking": "tab:pink",
-                    "memorisation": "tab:olive", "tool_unused": "tab:gray", "tool_invalid": "tab:cyan"}
+                    "memorisation": "tab:olive", "answer_habit": "gold", "tool_unused": "tab:gray",
+                    "tool_invalid": "tab:cyan"}
 
 
 def points(history: Sequence[dict], key: str) -> tuple[list, list]:
