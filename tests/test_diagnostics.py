@@ -387,6 +387,19 @@ def test_memorisation_is_judged_on_a_fresh_measurement_not_one_steps_old():
     assert named.step == 36 and named.evidence["validation_latest"] == [0.43, 0.43, 0.43]
 
 
+def test_samples_catching_up_with_the_greedy_answers_are_not_memorisation():
+    """A held-back alphabetical-order file: validation 0.75 at step 0 (16 rows) and flat, while the answer's reward
+    rose 0.30 -> 0.64 as the entropy fell 2.4 -> 0.1 a token. The samples came to score what the greedy answers
+    already did; the run was stopped as memorising at 4 of its 8 minutes. Where the reward passes step 0's greedy
+    accuracy, it is named."""
+    def run(validation: float) -> list[str]:
+        return kinds(history(start=1, reward=lambda i: 0.3 + 0.012 * i,
+                             **{"validation/accuracy": lambda i: validation if i % 5 == 1 else None}))
+
+    assert "memorisation" not in run(0.75)
+    assert "memorisation" in run(0.5)
+
+
 def test_validation_that_rises_with_the_reward_is_learning_not_memorisation():
     learning = history(start=1, **{"validation/accuracy": lambda i: 0.4 + 0.01 * i if i % 5 == 1 else None})
     assert "memorisation" not in kinds(learning)
