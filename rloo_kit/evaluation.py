@@ -63,6 +63,10 @@ ONE_ANSWER_MIN_ROWS = 8  # fewer held-out replies say little about a habit (vali
 ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
 ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
 ONE_PLACE_AGAINST = 4  # rows whose answer sits elsewhere, at least, to tell a habit of one place from knowing
+# ... on more than this share of which the replies still pick that place: the place, not the question, chooses. A
+# number-choice run picked the first number on 21 of 24 held-out pairs, 7 of the 9 whose larger came second (right on
+# 2 of those, 14 of the other 15); asked for 0.8 of them, the check let it pass as +0.38 learned
+ONE_PLACE_KEPT = 0.5
 
 
 def ordinal(place: int) -> str:
@@ -119,7 +123,8 @@ class EvalReport:
         offered, say) whatever the row, and keep to it on the rows whose answer sits elsewhere: a number-choice run
         learned '<first number> is larger than <second>.', given to 22 of 24 held-out pairs: right on 14 of the 15
         that put the larger first, on 1 of the 9 others. The place (1 is the first offered), how many replies pick
-        it, how many rows answer elsewhere and how many of those still pick it; None otherwise."""
+        it, how many rows answer elsewhere and how many of those still pick it (more than ONE_PLACE_KEPT of them);
+        None otherwise."""
         rows = [r for r in self.completions if r.get("choices") and r.get("predicted") is not None]
         if len(rows) < min_rows:
             return None
@@ -129,7 +134,7 @@ class EvalReport:
                    if _place(accepted_answers(r["answer"]), r["choices"]) != place]
         kept = sum(p == place for p in against)
         if (place is None or given < ONE_ANSWER_SHARE * len(rows) or len(against) < ONE_PLACE_AGAINST
-                or kept < ONE_ANSWER_SHARE * len(against)):
+                or kept <= ONE_PLACE_KEPT * len(against)):
             return None
         return {"place": place + 1, "replies": len(rows), "given": given, "against": len(against), "kept": kept}
 

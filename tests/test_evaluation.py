@@ -198,6 +198,27 @@ def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not
     assert replies(lambda a, b: a, mostly_first).one_place(min_rows=4) is None
 
 
+def test_a_place_picked_on_most_rows_that_answer_elsewhere_is_a_habit():
+    """A number-choice run's 24 held-out replies: the first number on all 15 pairs whose larger came first and on 7 of
+    the 9 others (right on 2). It read as +0.38 learned while its replies followed the order; a run that reads the
+    numbers and slips on a few rows is no habit."""
+    pairs = [(str(60 + i), str(20 + i)) for i in range(15)] + [(str(20 + i), str(70 + i)) for i in range(9)]
+
+    def picks(first_on: int) -> EvalReport:
+        """The first number on each first-larger pair, and on the first `first_on` of the others."""
+        rows = []
+        for i, (a, b) in enumerate(pairs):
+            pick = a if int(a) > int(b) or i - 15 < first_on else b
+            rows.append({"completion": f"{pick}.", "answer": max(a, b, key=int), "predicted": pick,
+                         "choices": [a, b], "correct": pick == max(a, b, key=int)})
+        return EvalReport(sum(r["correct"] for r in rows) / len(rows), {}, {}, 1.0, 0.0, 1, rows)
+
+    assert picks(7).one_place() == {"place": 1, "replies": 24, "given": 22, "against": 9, "kept": 7}
+    assert picks(5).one_place()["kept"] == 5  # still more than half of the rows that answer elsewhere
+    assert picks(4).one_place() is None  # 19 of 24 replies at the first place: under 80%
+    assert picks(1).one_place() is None  # reads the numbers, slipping once
+
+
 def test_chance_is_what_the_replies_would_be_right_on_dealt_to_the_rows_at_random():
     """A held-back weekday file's replies alternated 'Tuesday' and 'Sunday' whatever the day asked: right on 1 of 6,
     and dealt at random, half of them would be right on each of its two rows whose answer they name."""
