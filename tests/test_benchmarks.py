@@ -56,6 +56,20 @@ def test_sample_efficiency_pairs_arms_by_seed(monkeypatch):
     assert d["p"] == 0.25  # 3 of 3 better: 2 / 2**3
     assert "| t | pool | 3 | 0.40 -> 0.67 | +0.267 | +0.133 [" in row(runs, "t", "pool")
     assert paired(runs, "t", "double") == {"n": 0}
+    assert "+0.133 [" in row(runs, "t", "pool") and "| 0 | 10 |" in row(runs, "t", "pool")  # no run named a habit
+
+
+def test_sample_efficiency_sets_apart_the_gain_of_runs_that_learned_a_habit(monkeypatch):
+    """A larger run's +0.38 picked the first number on 21 of 24 held-out pairs: the gain without such runs is shown."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from sample_efficiency import habit, row
+
+    assert habit({"one_place": {"place": 1, "replies": 24, "given": 21, "against": 9, "kept": 7}}) == "place 1"
+    assert habit({"one_answer": {"answer": "positive"}}) == "answers 'positive'" and habit({}) is None
+    runs = [{"task": "t", "arm": "plain", "seed": s, "before": 0.25, "after": after, "steps": 30, "minutes": 9.0,
+             "spread_groups_per_minute": None, "habit": named} for s, (after, named) in
+            enumerate([(0.71, None), (0.33, None), (0.67, "place 1")])]
+    assert "| 0.25 -> 0.57 | +0.320 | - | 1 (+0.270) | 30 |" in row(runs, "t", "plain")
 
 
 def test_label_guessing_scores_a_model_naming_one_label_whatever_the_prompt_at_chance(monkeypatch):
