@@ -353,6 +353,18 @@ def test_a_choice_is_picked_where_the_reply_sets_it_against_the_others():
     assert is_correct("A car is bigger than a chair.", "car", choices=things)
 
 
+def test_a_sentence_that_names_the_choices_without_picking_leaves_the_pick_to_the_one_before():
+    """Held-out replies of a which-is-bigger file and a which-is-larger file picked in one sentence and went on to name
+    both choices in a later one that picks neither; the last sentence alone read them as no pick."""
+    question = "Which is bigger, a coin or the earth?"
+    earth = "The Earth is the larger of the two. The Earth is 4.5 billion years old, while a coin is new."
+    assert is_correct(earth, "the earth", prompt=question, choices=["a coin", "the earth"])
+    numbers = "The number 90 is larger than the number 78. This is because 90 is a multiple of 78, which is 100."
+    assert is_correct(numbers, "90", choices=["78", "90"])
+    assert not is_correct("I like 78. 90 and 78 are numbers.", "90", choices=["78", "90"])  # the pick before is 78
+    assert not is_correct("Let me compare 90 and 78. 90 + 78 = 168.", "90", choices=["78", "90"])  # none picks
+
+
 def test_a_pick_said_the_other_way_round_answers_with_the_other_choice():
     """A held-out reply to a which-is-larger file, 'The smaller number is 86, which is 86.', was paid as picking 86:
     a comparison opposite to the question's picks the other of two choices, none of three; 'not larger' compares as

@@ -195,17 +195,20 @@ def offers_numbers(choices: Sequence[str] | None) -> bool:
     return bool(choices) and all(parse_number(c) is not None for c in choices)
 
 def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str | None:
-    """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in its
-    last sentence that names any. Where that names several, the first is the pick only where the words before the
-    next one set it against them ('than', 'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger
+    """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in the
+    last of its sentences that picks one. A sentence that names several picks the first only where the words before
+    the next one set it against them ('than', 'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger
     than 70.' picks 95, 'The larger is 95, not 70.' too, 'A brick is heavier than a feather.' picks 'brick'. A list
     or a contrast picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted ('19,
     82, and 90.'), which a first-named rule paid on 10 of its 18 held-out replies, an alphabetical-order run to reply
     'glacier and pear.' to every pair, and a which-is-bigger file's base model wrote 'A car is a vehicle, while a
     chair is a piece of furniture.' Things not set apart are picked where one choice's clause alone says what
     `question` asks (`_says_what_is_asked`): 'The pliers are a tool, while the piano is an instrument.' answers
-    'Which of these is a tool: pliers, piano or cat?'. Numbers are compared as numbers, things as `normalize_text`
-    leaves them.
+    'Which of these is a tool: pliers, piano or cat?'. A sentence that picks none leaves the pick to the one before:
+    'The Earth is the larger of the two. The Earth is 4.5 billion years old, while a coin is new.' picks the Earth,
+    where the last naming sentence alone picked nothing (2 of 18 held-out replies of a which-is-bigger run; 8 of 288
+    in twelve evaluations of the benchmark's larger file, each the pick its reply states). Numbers are compared as
+    numbers, things as `normalize_text` leaves them.
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
@@ -234,7 +237,9 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
                 return first
             rest = {c for c in choices if not answers_match(first, c)}
             return rest.pop() if len(rest) == 1 else None
-        return None if offers_numbers(choices) else _says_what_is_asked(said, named, question)
+        picked = None if offers_numbers(choices) else _says_what_is_asked(said, named, question)
+        if picked is not None:
+            return picked
     return None
 
 
