@@ -81,10 +81,10 @@ class Thresholds:
     kl_hack_growth: float = 3.0
     # memorisation (needs `validation/accuracy`, logged by a run that keeps its best step: budget.TimeBudget): the
     # training reward's mean over the window risen by memo_reward_rise above its first window's, and above step 0's
-    # validation accuracy (both read as a share of answers right), while the latest
-    # memo_points validation measurements are none of them more than memo_validation_gain above the first (the latest,
-    # not all since: one row right once of nine, 0.00 -> 0.11 -> 0.00, kept a held-back calendar file training 144 steps
-    # on a reward that rose 0.0 -> 0.5 with validation at 0.00 five times out of six)
+    # validation accuracy (both read as a share of answers right), while the latest memo_points validation
+    # measurements are none of them more than memo_validation_gain above the first (the latest, not all since: one
+    # row right once of nine, 0.00 -> 0.11 -> 0.00, kept a held-back calendar file training 144 steps on a reward that
+    # rose 0.0 -> 0.5 with validation at 0.00 five times out of six)
     memo_reward_rise: float = 0.2
     memo_validation_gain: float = 0.05
     memo_points: int = 3
