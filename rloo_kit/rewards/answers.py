@@ -224,9 +224,9 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     >>> picked_choice("The smaller number is 86.", ["86", "79"], "Which number is larger, 86 or 79?")
     '79'
     """
-    marked = _marked_span(text)
+    marked, numbers = _marked_span(text), offers_numbers(choices)
     for span in [marked] if marked is not None else reversed(sentences(text)):
-        said = span if offers_numbers(choices) else normalize_text(span)
+        said = span if numbers else normalize_text(span)
         named = _named_choices(said, choices)
         if not named:
             continue
@@ -237,8 +237,7 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
                 return first
             rest = {c for c in choices if not answers_match(first, c)}
             return rest.pop() if len(rest) == 1 else None
-        picked = None if offers_numbers(choices) else _says_what_is_asked(said, named, question)
-        if picked is not None:
+        if not numbers and (picked := _says_what_is_asked(said, named, question)) is not None:
             return picked
     return None
 
