@@ -1035,10 +1035,10 @@ def fit_task(task: Task, report: PreflightReport) -> tuple[Task, list[str]]:
     applied = report.applies and report.proposed is not None
     trained, asked, notes = report.trained, report.asked, []
     length = trained.max_completion_length if task.max_completion_length is None else None
-    if length is not None and applied:
-        notes += [f"{change}: at {asked.max_completion_length} tokens {asked.truncation_rate:.0%} of completions were "
-                  f"cut; 90% of those that end need {report.needed_lengths.get('p90')} tokens"
-                  for change in report.adjustments if not change.startswith("temperature")]
+    changes = [change for change in report.adjustments if not change.startswith("temperature")]
+    if length is not None and applied and changes:  # the length and its brevity reward have one reason: say it once
+        notes.append(f"{'; '.join(changes)}: at {asked.max_completion_length} tokens {asked.truncation_rate:.0%} of "
+                     f"completions were cut; 90% of those that end need {report.needed_lengths.get('p90')} tokens")
     temperature = trained.temperature if task.temperature is None and trained.temperature != asked.temperature else None
     if temperature is not None:
         held = report.held_against or asked  # the samples the greedy answers faced: the trained length, as asked

@@ -355,7 +355,9 @@ def test_fit_task_trains_the_setup_the_report_judged():
     judged.brevity_max_chars, judged.adjustments = 40, ["completion length 16 -> 32", "+ brevity reward (weight 0.2)"]
     fitted, notes = fit_task(task, judged)
     assert fitted.max_completion_length == 32 and [f.__name__ for f in fitted.reward_funcs] == [
-        "correct_answer", "brevity"] and fitted.reward_weights == (1.0, 0.2) and len(notes) == 2
+        "correct_answer", "brevity"] and fitted.reward_weights == (1.0, 0.2)
+    (why,) = notes  # one reason for the length and the brevity reward it brings, said once
+    assert why.startswith("completion length 16 -> 32; + brevity reward (weight 0.2): at 16 tokens 80% of completions")
     calm, notes = fit_task(task, report())
     assert calm.max_completion_length == 16 and len(calm.reward_funcs) == 1 and notes == []
     fixed = rloo_kit.load_task("arithmetic", n_train=20, n_test=4)  # a task that sets its own length keeps it
