@@ -38,6 +38,7 @@ MEASUREMENTS = 6  # validation measurements spread over the budget, besides the 
 VALIDATION_SHARE = 0.25
 BEST_DIR = "best"  # inside output_dir: the adapter of the step kept so far
 LAST_DIR = "last"  # inside output_dir: the last step's adapter, where another step was kept (to evaluate beside it)
+REPLIES_FILE = "replies.json"  # inside best/ and last/: that step's validation replies, row by row
 STATE_FILE = "budget.json"  # inside each checkpoint: the seconds spent and the curve, which --resume continues
 MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy pass over them
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
@@ -55,13 +56,15 @@ class Validation:
     """One greedy pass over the validation rows: right or not, row by row; the answer that most replies gave
     whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None; the
     place in each list of choices that most replies picked whatever the row (`EvalReport.one_place`, 1 the first),
-    else None; and the rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`),
-    where known."""
+    else None; the rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`),
+    where known; and the replies themselves (`EvalReport.completions`' rows), which a kept or last step's folder
+    holds as REPLIES_FILE, to read what that step answers."""
 
     right: list[bool]
     one_answer: str | None = None
     chance: float | None = None
     one_place: int | None = None
+    replies: tuple[dict, ...] = ()
 
     def marks(self) -> dict:
         """What the curve point of this pass notes about replies that ignore the row: {"one_answer": answer},
@@ -127,6 +130,7 @@ class TimeBudget(TrainerCallback):
         self._start = time.time()
         self._best_weights: dict | None = None
         self._unlogged: dict = {}  # a measurement the next log has not carried yet: VALIDATION_KEY (and HABIT_KEY)
+        self._replies: tuple[dict, ...] = ()  # the latest measurement's (Validation.replies)
         self._step_began = self._step_seconds = self._measure_seconds = 0.0  # the latest step's and measurement's
         self._steps_timed = self._passes_timed = 0  # by this process: its first of each carries its warm-up
         self.solved_at: int | None = None  # the step a solved run stopped at (`stops_solved`)
@@ -245,8 +249,8 @@ class TimeBudget(TrainerCallback):
         if is_main_process():
             shutil.rmtree(self.out / LAST_DIR, ignore_errors=True)  # an earlier attempt's, which this run replaces
             if kept_earlier:
-                self._save(model, LAST_DIR, next((p for p in self.curve if p["step"] == state.global_step),
-                                                 {"step": state.global_step}))
+                point = next((p for p in self.curve if p["step"] == state.global_step), {"step": state.global_step})
+                self._save(model, LAST_DIR, point, self._replies if point is self.curve[-1] else ())
         if kept_earlier:
             self._restore(model)
         return control
@@ -255,6 +259,7 @@ class TimeBudget(TrainerCallback):
     def _measure(self, step: int, model) -> None:
         began = self.spent()
         measured = self.validate(model)
+        self._replies = measured.replies if measured else ()
         self._measure_seconds, self._passes_timed = self.spent() - began, self._passes_timed + 1
         accuracy = sum(measured.right) / len(measured.right) if measured and measured.right else None
         point = {"step": step, "minutes": round(self.spent() / 60, 3), "accuracy": accuracy}
@@ -285,14 +290,17 @@ class TimeBudget(TrainerCallback):
 
         self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
         if is_main_process():
-            self._save(model, BEST_DIR, self.best)
+            self._save(model, BEST_DIR, self.best, self._replies)
 
-    def _save(self, model, folder: str, point: dict) -> None:
-        """The model's adapter in output_dir/`folder`, with `folder`.json (written last) saying which step it is.
-        Written beside it and renamed into place: a run killed while saving keeps the adapter saved before."""
+    def _save(self, model, folder: str, point: dict, replies: tuple[dict, ...] = ()) -> None:
+        """The model's adapter in output_dir/`folder`, with its validation replies (REPLIES_FILE, where measured)
+        and `folder`.json (written last) saying which step it is. Written beside it and renamed into place: a run
+        killed while saving keeps the adapter saved before."""
         final, partial, old = self.out / folder, self.out / f".{folder}.partial", self.out / f".{folder}.old"
         shutil.rmtree(partial, ignore_errors=True)
         model.save_pretrained(str(partial))
+        if replies:
+            (partial / REPLIES_FILE).write_text(json.dumps(list(replies), indent=1, default=str))
         (partial / f"{folder}.json").write_text(json.dumps(point))
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():

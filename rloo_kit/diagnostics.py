@@ -445,8 +445,8 @@ def _memorisation_advice(ev: dict, lr: float) -> tuple[str, str]:
             "keep the best validation step's adapter (a run that measures validation does, and never keeps a step "
             "whose replies ignore the row; one given --minutes stops here); count the training rows' answers by label "
             "and by place in their lists, and even them out where one is far commoner, as a habit earns its answer's "
-            "share of the rows; read a few validation replies beside the base model's (rloo-kit eval) before training "
-            "longer.")
+            "share of the rows; read the kept step's validation replies (best/replies.json) beside the base model's "
+            "(rloo-kit eval) before training longer.")
 
 
 def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:

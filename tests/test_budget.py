@@ -65,7 +65,13 @@ def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(
     assert trainer.args.max_steps == BUDGET_STEPS and trainer.args.lr_scheduler_type == "constant"
     right = iter([4, 5, 12] + [8] * 1000)  # of 20 rows: the third measurement is the one kept
     seen = []
-    trainer.time_budget.validate = lambda m: (seen.append(m.training), _first_right(next(right), 20))[1]
+
+    def validate(model):  # each pass's replies say which pass they are
+        seen.append(model.training)
+        n = next(right)
+        return Validation(_first_right(n, 20).right, replies=({"completion": f"pass {len(seen)}", "right": n},))
+
+    trainer.time_budget.validate = validate
     rloo_kit.train(trainer)
     curve, best = trainer.time_budget.curve, trainer.time_budget.best
     assert curve[0]["step"] == 0 and len(curve) >= 4 and best == curve[2]
@@ -81,6 +87,10 @@ def test_a_budgeted_run_stops_on_its_clock_and_ends_with_its_best_steps_adapter(
     last = load_file(tmp_path / "last" / "adapter_model.safetensors")  # the last step, kept beside it to measure
     assert last.keys() == kept.keys() and any(not torch.equal(last[k], kept[k]) for k in kept)
     assert json.loads((tmp_path / "last" / "last.json").read_text()) == curve[-1]
+    # each folder has its pass's validation replies, to read what that step answers
+    assert json.loads((tmp_path / "best" / "replies.json").read_text()) == [{"completion": "pass 3", "right": 12}]
+    assert json.loads((tmp_path / "last" / "replies.json").read_text()) == [
+        {"completion": f"pass {len(curve)}", "right": 8}]
 
 
 def _first_right(n: int, rows: int) -> Validation:
@@ -224,7 +234,7 @@ def test_a_step_kept_after_the_last_checkpoint_stays_kept_on_resume(tmp_path, ca
     assert resumed.best == later and resumed.curve == curve and "(in best/, measured after checkpoint-4)" in caplog.text
     resumed.validate = lambda model: _first_right(3, 10)  # step 6 again, this time below the kept one
     done = []
-    resumed._save = lambda model, folder, point: done.append((folder, point["step"]))
+    resumed._save = lambda model, folder, point, replies=(): done.append((folder, point["step"]))
     resumed._restore = lambda model: done.append(("restored", resumed.best["step"]))
     resumed.on_train_end(None, type("State", (), {"global_step": 6}), None, model=object())
     assert resumed.best == later and done == [("last", 6), ("restored", 6)]  # best/'s step 6, not this one
@@ -246,7 +256,7 @@ def test_a_run_the_health_monitor_stops_has_its_last_step_measured(tmp_path, mon
     budget = TimeBudget(5, lambda model: next(measured), tmp_path)
     saved = []
     monkeypatch.setattr(budget, "_keep", lambda model: saved.append(("best", budget.best["step"])))
-    monkeypatch.setattr(budget, "_save", lambda model, folder, point: saved.append((folder, point["step"])))
+    monkeypatch.setattr(budget, "_save", lambda model, folder, point, replies=(): saved.append((folder, point["step"])))
     monkeypatch.setattr(budget, "_restore", lambda model: saved.append(("restored", budget.best["step"])))
     budget._measure(0, model=None)
 
