@@ -300,7 +300,7 @@ class TimeBudget(TrainerCallback):
         shutil.rmtree(partial, ignore_errors=True)
         model.save_pretrained(str(partial))
         if replies:
-            (partial / REPLIES_FILE).write_text(json.dumps(list(replies), indent=1, default=str))
+            (partial / REPLIES_FILE).write_text(json.dumps(list(replies), indent=1))
         (partial / f"{folder}.json").write_text(json.dumps(point))
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():

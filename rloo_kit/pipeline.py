@@ -45,9 +45,10 @@ CARD = "README.md"  # the output folder's own account of the run, in place of th
 # what a run leaves in its output folder, in the order the card lists them
 FILES = {ADAPTER_DIR: "the trained LoRA adapter (with its tokenizer); the base model is not copied",
          BEST_DIR: "a run that keeps its best step (--minutes, --keep best): that step's adapter, kept as it trains "
-                   "(best.json: which step)",
+                   "(best.json: which step; replies.json: its validation replies)",
          LAST_DIR: "... and, where that is not the last step, the last step's adapter, to measure beside it: "
-                   "`rloo-kit eval --adapter OUTPUT_DIR/last` (last.json: which step)",
+                   "`rloo-kit eval --adapter OUTPUT_DIR/last` (last.json: which step; replies.json: its validation "
+                   "replies)",
          METRICS: "every figure above, and the settings that ran",
          PREFLIGHT: "the pre-flight: per prompt, what the samples scored, as asked and as trained",
          BEFORE: "each held-out prompt's answer before training", AFTER: "... and after",
