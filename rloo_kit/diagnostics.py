@@ -16,8 +16,8 @@ from transformers import TrainerCallback
 
 log = logging.getLogger("rloo_kit")
 
-KINDS = ("high_variance", "kl_explosion", "reward_collapse", "converged", "truncation", "reward_hacking",
-         "memorisation", "answer_habit", "tool_unused", "tool_invalid")
+KINDS = ("high_variance", "kl_explosion", "reward_collapse", "sampling_noise", "converged", "truncation",
+         "reward_hacking", "memorisation", "answer_habit", "tool_unused", "tool_invalid")
 NOT_FAILURES = ("converged",)
 
 
@@ -59,6 +59,11 @@ class Thresholds:
     zero_std_frac: float = 0.9
     noisy_entropy: float = 2.0
     alike_entropy: float = 0.1
+    # sampling_noise, not reward_collapse, where the groups are flat while the greedy answers are right on noise_gap
+    # more of the rows than the samples (validation accuracy against the answer's reward over the same steps, or
+    # the pre-flight's figures where no validation was measured), and no colder draw was measured to leave the
+    # prompts as flat: 0.2 is two rows more of the eleven a small file's validation has than samples right on 2%
+    noise_gap: float = 0.2
     # converged, not reward_collapse, where the answer's reward has risen (`reward_rise`) before the groups went flat:
     # the policy answers each training prompt one way, right on what it learned (the demo's --minutes 3 runs from step
     # 48-63 on, answer reward 0.19 -> 0.75-1.0 and their best validation step already behind them). Not a failure,
@@ -125,13 +130,30 @@ VALIDATION_KEY = "validation/accuracy"  # greedy accuracy on training rows set a
 HABIT_KEY = "validation/habit"  # in words, where those replies ignore the row (budget.habit_words)
 
 
+@dataclass(frozen=True)
+class SamplingMeasured:
+    """What the pre-flight measured of the trained setup's sampling (`PreflightReport.sampling_measured()`): the
+    greedy answers against the samples on the same prompts, and the colder draws it probed. Where a run's groups
+    go flat, it tells samples too noisy for the model's own best answer (sampling_noise, cured by a colder draw) from
+    a task the model cannot yet answer at any temperature (reward_collapse), as entropy cannot: a held-back legs
+    file's samples had entropy above 2 a token, and 0.5 and 0.3 left 81% of its prompts flat all the same."""
+
+    temperature: float  # the trained setup's
+    greedy_right: float  # share of the probed prompts whose greedy answer was right
+    samples_right: float  # share of the samples right at `temperature`
+    greedy_better: bool  # preflight_check.greedy_beats_samples of the two
+    colder: tuple[tuple[float, float], ...] = ()  # (temperature, share of prompts it left without spread), drawn below
+    colder_helped: float | None = None  # the colder temperature that left clearly fewer prompts flat, if one did
+
+
 def _series(history: list[dict], key: str) -> list[float]:
     return [h[key] for h in history if h.get(key) is not None]
 
 
-def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None) -> dict[str, dict]:
+def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None,
+            sampling: SamplingMeasured | None = None) -> dict[str, dict]:
     """The failure signs present at the end of `history` (training logs only), with their evidence; `answer_reward`
-    as `HealthMonitor`'s."""
+    and `sampling` as `HealthMonitor`'s."""
     found: dict[str, dict] = {}
     if len(history) < t.warmup_steps:
         return found
@@ -168,7 +190,9 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         if rise:
             found["converged"] = {**evidence, "rose": rise[2], "early": round(rise[0], 3), "now": round(rise[1], 3)}
         else:
-            found["reward_collapse"] = evidence
+            cause = _greedy_against_samples(history, t, answer_reward, sampling)
+            noise = cause.pop("noise", False)
+            found["sampling_noise" if noise else "reward_collapse"] = {**evidence, **cause}
 
     clipped = [h.get("completions/clipped_ratio") for h in recent]
     if (len(recent) == t.patience and all(c is not None and c >= t.clipped_ratio for c in clipped)
@@ -183,6 +207,34 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     if memorising:
         found["answer_habit" if "habit" in memorising else "memorisation"] = memorising
     found.update(_tool_signs(history, t))
+    return found
+
+
+def _greedy_against_samples(history: list[dict], t: Thresholds, answer_reward: str | None,
+                            sampling: SamplingMeasured | None) -> dict:
+    """The greedy answers' accuracy against the samples', where it was measured: the latest validation pass (greedy,
+    on training rows set apart) against the answer's reward over the latest `patience` steps (sampled; read as a
+    share right where it lies in [0, 1]), else the pre-flight's (`sampling`); with the colder draws the pre-flight
+    probed. `noise`: the greedy answers right on `noise_gap` more, and no colder draw measured to leave the prompts as
+    flat. Empty where neither was measured."""
+    mean_key = _answer_keys(history, answer_reward)[0]
+    validation = [h for h in history if h.get(VALIDATION_KEY) is not None]
+    sampled = _series(history[-t.patience:], mean_key)
+    if validation and sampled and all(0.0 <= s <= 1.0 for s in sampled):
+        greedy, right = validation[-1][VALIDATION_KEY], statistics.fmean(sampled)
+        found = {"greedy_right": round(greedy, 3), "samples_right": round(right, 3),
+                 "measured": f"validation at step {validation[-1]['step']}", "noise": greedy >= right + t.noise_gap}
+    elif sampling is not None:
+        found = {"greedy_right": round(sampling.greedy_right, 3), "samples_right": round(sampling.samples_right, 3),
+                 "measured": "pre-flight", "noise": sampling.greedy_better}
+    else:
+        return {}
+    if sampling is not None and sampling.colder:
+        found["colder_flat"] = {f"{temp:g}": round(flat, 3) for temp, flat in sampling.colder}
+        if sampling.colder_helped is None:
+            found["noise"] = False  # measured: the colder draws left the prompts as flat
+        else:
+            found["colder_helped"] = sampling.colder_helped
     return found
 
 
@@ -391,6 +443,8 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
                 f"raise beta {b}; halve learning_rate {lr:g} -> {lr / 2:g}; keep max_grad_norm at 1.0.")
     if kind == "reward_collapse":
         return _collapse_advice(ev, g, temp, t or Thresholds())
+    if kind == "sampling_noise":
+        return _noise_advice(ev, g, temp)
     if kind == "converged":
         alone = ANSWER_SPREAD_KEY in ev  # flat in the answer's reward alone
         share = next(v for k, v in ev.items() if k.endswith("zero_std"))
@@ -449,25 +503,42 @@ def _memorisation_advice(ev: dict, lr: float) -> tuple[str, str]:
             "(rloo-kit eval) before training longer.")
 
 
-def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:
-    """No reward spread: a reward that never pays, samples too noisy (colder) or too alike (warmer)."""
-    reward, entropy = ev.get("answer_reward", ev.get("reward")), ev.get("entropy")
+def _flat_in(ev: dict) -> tuple[str, str, str]:
+    """What the groups are flat in, the stop that goes first in the fix where it is the answer's reward alone, and
+    the cause of a reward that never pays: shared by reward_collapse and sampling_noise."""
+    reward = ev.get("answer_reward", ev.get("reward"))
     scorer = "the answer's reward" if "answer_reward" in ev else "the reward"
     cause = (f" Every completion scores 0 from {scorer}: it never pays (an answer format the model never writes, "
              "or answers that never match; rloo_kit.preflight(...) shows completions and their scores)."
              if reward is not None and abs(reward) < 1e-9 else "")
-    what, stop = "reward", ""
-    if ANSWER_SPREAD_KEY in ev:
-        what, stop = "answer's reward", "stop the run, as what it learns now is the other rewards' alone; "
-        cause += (" The spread the groups have comes from the other rewards alone (such as brevity), so the run "
-                  "learns those: the replies change, and no answer gets better.")
-    if entropy is not None and entropy >= t.noisy_entropy:
+    if ANSWER_SPREAD_KEY not in ev:
+        return "reward", "", cause
+    return ("answer's reward", "stop the run, as what it learns now is the other rewards' alone; ",
+            cause + " The spread the groups have comes from the other rewards alone (such as brevity), so the run "
+                    "learns those: the replies change, and no answer gets better.")
+
+
+def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str, str]:
+    """No reward spread: a reward that never pays, samples too alike (warmer), or noisy where nothing says a colder
+    draw would not help (colder). Where the greedy answers were measured no better than the samples, or colder draws
+    as flat, a colder draw is not advised: the model does not know these answers yet."""
+    what, stop, cause = _flat_in(ev)
+    entropy = ev.get("entropy")
+    if entropy is not None and entropy <= t.alike_entropy:
+        sampling = (f"the samples are nearly one answer (entropy {entropy:.3f} a token): raise temperature "
+                    f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
+    elif "colder_flat" in ev and "colder_helped" not in ev:
+        drawn = ", ".join(f"{flat:.0%} at {temp}" for temp, flat in ev["colder_flat"].items())
+        sampling = (f"a colder draw does not help here (the pre-flight measured the prompts left without spread: "
+                    f"{drawn}); raise num_generations")
+    elif "greedy_right" in ev:
+        sampling = (f"a colder draw is not likely to help here (greedy answers right on {ev['greedy_right']:.0%}, "
+                    f"{ev['measured']}, samples on {ev['samples_right']:.0%}: fewer than {t.noise_gap:.0%} of the "
+                    "rows more); raise num_generations")
+    elif entropy is not None and entropy >= t.noisy_entropy:
         sampling = (f"the samples are noisy (entropy {entropy:.2f} a token): if the greedy answers are better "
                     f"(rloo-kit eval shows both), lower temperature {temp:g} -> {round(temp / 2, 2):g} or set "
                     "min_p=0.1, and num_generations")
-    elif entropy is not None and entropy <= t.alike_entropy:
-        sampling = (f"the samples are nearly one answer (entropy {entropy:.3f} a token): raise temperature "
-                    f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
     else:
         sampling = "raise num_generations"
     return (f"Most groups have no spread in the {what} ({ev}): every completion of a prompt scores the same, so "
@@ -475,6 +546,22 @@ def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str,
             f"{stop}check the reward on a few completions by hand (a constant or always-zero reward does this); "
             f"if the task is too hard, make it easier or give partial credit; {sampling} {g} -> {2 * g}. If the "
             "reward is at its maximum, the task is solved: stop.")
+
+
+def _noise_advice(ev: dict, g: int, temp: float) -> tuple[str, str]:
+    """No reward spread because the samples are wrong where the greedy answers are right: a colder draw, at the
+    temperature the pre-flight measured to help where it did; never a warmer one."""
+    what, stop, _ = _flat_in(ev)
+    helped = ev.get("colder_helped")
+    lower = (f"lower temperature {temp:g} -> {helped:g} (the pre-flight measured "
+             f"{ev['colder_flat'][f'{helped:g}']:.0%} of the prompts without spread there)"
+             if helped is not None and helped < temp else f"lower temperature {temp:g} -> {round(temp / 2, 2):g}")
+    return (f"Most groups have no spread in the {what} ({ev}), and the samples are wrong where the model's greedy "
+            f"answers are right: greedy answers right on {ev['greedy_right']:.0%} ({ev['measured']}), samples on "
+            f"{ev['samples_right']:.0%}. The samples are noisier than the model's best answer, so each group is "
+            "wrong together and nothing is learned.",
+            f"{stop}{lower}, or cut the sampling tail with min_p=0.1 (a recipe key), and raise num_generations "
+            f"{g} -> {2 * g}; a higher temperature makes this worse.")
 
 
 def _hacking_advice(ev: dict, args, beta: float | None) -> tuple[str, str]:
@@ -509,11 +596,13 @@ class HealthMonitor(TrainerCallback):
     stops after the step, and the adapter is saved as usual. `answer_reward` names the reward function that scores
     the answer (TRL's `rewards/<name>/mean`), whose rise tells a run that learns from one that runs away or empties
     its replies for a side reward, and one converged from one collapsed; `build_trainer` sets it to the first of the
-    run's rewards, else the total counts.
+    run's rewards, else the total counts. `sampling`, the pre-flight's figures of greedy answers against samples
+    (`PreflightReport.sampling_measured()`, which `pipeline.Run` passes), tells flat groups of noisy samples
+    (sampling_noise) from a task not yet known at any temperature (reward_collapse) before validation is measured.
     """
 
     def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (), verbose: bool = True,
-                 answer_reward: str | None = None):
+                 answer_reward: str | None = None, sampling: SamplingMeasured | None = None):
         unknown = set(stop_on) - set(KINDS)
         if unknown:
             from .errors import ConfigError
@@ -523,6 +612,7 @@ class HealthMonitor(TrainerCallback):
         self.stop_on = set(stop_on)
         self.verbose = verbose
         self.answer_reward = answer_reward  # the reward function that scores the answer; None: the total reward
+        self.sampling = sampling  # the pre-flight's greedy-against-sampled figures; None: not measured
         self.history: list[dict] = []
         self.diagnoses: list[Diagnosis] = []
         self.stopped_by: Diagnosis | None = None
@@ -534,7 +624,7 @@ class HealthMonitor(TrainerCallback):
         self.history.append({**logs, "step": step})
         seen = {d.kind for d in self.diagnoses}
         new = []
-        for kind, evidence in _detect(self.history, self.thresholds, self.answer_reward).items():
+        for kind, evidence in _detect(self.history, self.thresholds, self.answer_reward, self.sampling).items():
             if kind not in seen:
                 message, fix = _advice(kind, evidence, args, self.thresholds)
                 new.append(Diagnosis(kind, step, message, fix, evidence))
@@ -543,7 +633,7 @@ class HealthMonitor(TrainerCallback):
 
     def diagnose(self, log_history: list[dict], args=None) -> list[Diagnosis]:
         """Replay a finished run's `trainer.state.log_history`; the diagnoses, in the order they started."""
-        replay = HealthMonitor(self.thresholds, verbose=False, answer_reward=self.answer_reward)
+        replay = HealthMonitor(self.thresholds, verbose=False, answer_reward=self.answer_reward, sampling=self.sampling)
         for entry in log_history:
             replay.observe(entry, entry.get("step", len(replay.history) + 1), args)
         return replay.diagnoses

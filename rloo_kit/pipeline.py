@@ -282,6 +282,9 @@ class Run:
             settings["prompt_pool"] = self.prompt_pool()
         self.trainer = build_trainer(self.model, self.tokenizer, self.task, preset=self.plan.preset,
                                      output_dir=str(self.out), seed=self.seed, **settings)
+        monitor = self.trainer.health_monitor
+        if monitor is not None and monitor.sampling is None and self.preflight_report is not None:
+            monitor.sampling = self.preflight_report.sampling_measured()  # flat groups: noise, or not known
         args = self.trainer.args
         self.report.max_completion_length = self.task.max_completion_length
         self.report.config = {k: getattr(args, k) for k in (

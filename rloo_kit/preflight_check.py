@@ -32,6 +32,7 @@ import torch
 from datasets import Dataset
 
 from .data import validate_dataset
+from .diagnostics import SamplingMeasured
 from .errors import ConfigError, RewardError
 from .evaluation import Resumable, eos_token_ids, finish_with_tools, generate_ids, progress_lines, resume_ids
 from .presets import Preset, make_config, resolve_preset
@@ -240,6 +241,19 @@ class PreflightReport:
         for p in self.problems:
             if p.kind == "unscored" and p.blocking:
                 raise RewardError(p.message + " " + p.fix)
+
+    def sampling_measured(self) -> SamplingMeasured | None:
+        """The greedy answers against the trained setup's samples, and the colder draws below its temperature, for the
+        health monitor (`HealthMonitor(sampling=...)`); None where the greedy answers were not asked for."""
+        trained = self.trained
+        if self.greedy_pass_rate is None or trained.pass_rate is None:
+            return None
+        colder = [s for s in self.colder if s.temperature < trained.temperature]
+        helped = min((s for s in colder if s.clearly_less_flat_than(trained)), key=lambda s: s.flat_fraction,
+                     default=None)
+        return SamplingMeasured(trained.temperature, self.greedy_pass_rate, trained.pass_rate,
+                                _greedy_beats(self, trained), tuple((s.temperature, s.flat_fraction) for s in colder),
+                                helped and helped.temperature)
 
     def filter(self, dataset: Dataset) -> Dataset:
         """The rows of `dataset` (the one the pre-flight sampled from) whose prompt showed reward spread

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from rloo_kit import ConfigError, HealthMonitor, Thresholds
-from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, KINDS, SPREAD_KEY
+from rloo_kit.diagnostics import ANSWER_SPREAD_KEY, KINDS, SPREAD_KEY, SamplingMeasured
 
 
 def healthy_step(i: int) -> dict:
@@ -31,6 +31,9 @@ CASES = {
     "high_variance": history(reward=lambda i: 0.9 if i % 2 else 0.05, reward_std=lambda i: 0.2),
     "kl_explosion": history(kl=lambda i: 0.05 * 1.6 ** (i - 9), entropy=lambda i: 1.4 - 0.05 * (i - 9)),
     "reward_collapse": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.0, reward_std=lambda i: 0.0),
+    # the same flat groups, where validation (greedy, every 5 steps) answers 45% of its rows right and samples 2%
+    "sampling_noise": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.02, reward_std=lambda i: 0.0,
+                              **{"validation/accuracy": lambda i: 0.45 if i % 5 == 1 else None}),
     # every group flat from step 10, after the reward rose: 3 prompts of 4 always right, one always wrong
     "converged": history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.75, reward_std=lambda i: 0.45,
                          entropy=lambda i: 0.01),
@@ -246,6 +249,45 @@ def test_answers_never_right_while_a_side_reward_teaches_are_a_collapse():
     assert kinds(first_right, answer_reward="correct_answer") == []
     # without knowing which reward is the answer's (a bare replay), the answer's own share is not read
     assert kinds(side_only) == []
+
+
+NOISY_FLAT = dict(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.02, reward_std=lambda i: 0.0,
+                  entropy=lambda i: 2.6)  # flat groups of noisy samples, 2% of them right
+
+
+def test_flat_groups_whose_greedy_answers_beat_the_samples_are_noise_and_the_fix_is_colder():
+    """The pre-flight's figures name it before any validation: a held-back numeric file answered 53% greedily and 2%
+    sampled, and learned to 0.97 at temperature 0.3 (FACTS). Validation measured during the run speaks over them."""
+    noisy = SamplingMeasured(1.0, greedy_right=0.53, samples_right=0.02, greedy_better=True)
+    (d,) = HealthMonitor(sampling=noisy).diagnose(history(**NOISY_FLAT))
+    assert d.kind == "sampling_noise" and "greedy answers right on 53% (pre-flight), samples on 2%" in d.message
+    assert "lower temperature 1 -> 0.5" in d.fix and "a higher temperature makes this worse" in d.fix
+    measured = SamplingMeasured(1.0, 0.53, 0.02, True, colder=((0.5, 0.7), (0.3, 0.16)), colder_helped=0.3)
+    (d,) = HealthMonitor(sampling=measured).diagnose(history(**NOISY_FLAT))
+    assert "lower temperature 1 -> 0.3 (the pre-flight measured 16% of the prompts without spread there)" in d.fix
+    (d,) = HealthMonitor().diagnose(CASES["sampling_noise"])
+    assert "greedy answers right on 45% (validation at step 11), samples on 2%" in d.message
+    # validation no better than the samples: the pre-flight's older figures give way, and it is a collapse
+    no_better = history(**NOISY_FLAT, **{"validation/accuracy": lambda i: 0.0 if i % 5 == 1 else None})
+    (d,) = HealthMonitor(sampling=noisy).diagnose(no_better)
+    assert d.kind == "reward_collapse" and "lower temperature" not in d.fix
+    assert "greedy answers right on 0%, validation at step 11, samples on 2%: fewer than 20% of the rows more" in d.fix
+
+
+def test_flat_noisy_samples_that_colder_draws_left_as_flat_are_a_collapse_and_no_colder_draw_is_advised():
+    """A held-back legs file: samples noisy (entropy above 2 a token), greedy answers right on a few prompts, and the
+    pre-flight's draws at 0.5 and 0.3 left 81% of the prompts flat. The monitor told it, at step 6, to lower the
+    temperature 'if the greedy answers are better'; the pre-flight had measured that it does not help."""
+    legs = SamplingMeasured(1.0, 0.25, 0.02, True, colder=((0.5, 0.84), (0.3, 0.81)))
+    (d,) = HealthMonitor(sampling=legs).diagnose(history(**NOISY_FLAT))
+    assert d.kind == "reward_collapse"
+    assert "a colder draw does not help here (the pre-flight measured the prompts left without spread: 84% at 0.5, " \
+           "81% at 0.3); raise num_generations 4 -> 8" in d.fix and "lower temperature" not in d.fix
+    (d,) = HealthMonitor().diagnose(history(**NOISY_FLAT))  # nothing measured: entropy alone, and a conditional fix
+    assert d.kind == "reward_collapse" and "if the greedy answers are better" in d.fix and "-> 0.5" in d.fix
+    alike = dict(NOISY_FLAT, entropy=lambda i: 0.05)  # one answer per prompt: warmer, whatever greedy did
+    (d,) = HealthMonitor(sampling=legs).diagnose(history(**alike))
+    assert "raise temperature 1 -> 1.3" in d.fix
 
 
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():

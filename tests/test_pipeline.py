@@ -96,3 +96,23 @@ def test_a_budgeted_runs_report_marks_the_validation_steps_whose_replies_ignored
     assert ("  validation (14 training rows set apart): 0.43 (step 0) -> 0.57 (step 22, most replies 'yes' whatever "
             "the row) -> 0.50 (step 40, no better than its replies dealt to the rows at random (0.50)); the adapter "
             "is step 0's; step 40's is in last/") in report.lines()
+
+
+def test_the_runs_health_monitor_reads_what_the_preflight_measured_of_sampling(tiny_model_dir, tmp_path):
+    """Flat groups are told apart (noise a colder draw cures, or answers not known) by the pre-flight's greedy answers
+    against its samples, from the first step on: the run hands them to its monitor."""
+    from types import SimpleNamespace
+
+    import rloo_kit
+    from rloo_kit.diagnostics import SamplingMeasured
+    from rloo_kit.pipeline import Run
+    from rloo_kit.tasks import plan_run
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    task = rloo_kit.load_task("arithmetic", n_train=8, n_test=4)
+    run = Run(plan_run(str(tiny_model_dir), "arithmetic", "cpu"), task, rloo_kit.attach_lora(model, preset="cpu"), tok,
+              output_dir=tmp_path, per_device_train_batch_size=4, num_generations=2, save_strategy="no")
+    assert run.build_trainer().health_monitor.sampling is None  # no pre-flight ran
+    measured = SamplingMeasured(1.0, greedy_right=0.53, samples_right=0.02, greedy_better=True)
+    run.preflight_report = SimpleNamespace(sampling_measured=lambda: measured)
+    assert run.build_trainer().health_monitor.sampling is measured

@@ -317,6 +317,20 @@ def test_the_fitted_temperature_is_reported_beside_the_asked_one_and_trained():
     assert fit_task(kept, r)[0].temperature == 1.0
 
 
+def test_the_health_monitor_is_given_the_greedy_answers_against_the_trained_samples_and_the_colder_draws():
+    """What `HealthMonitor(sampling=...)` reads to tell flat groups of noise from a task the model cannot yet do."""
+    assert report(**NOISY).sampling_measured() is None  # the greedy answers were not asked for
+    asked = report(greedy_pass_rate=0.53, colder=(dict(COLD, temperature=0.5, flat_fraction=0.9), COLD), **NOISY)
+    m = asked.sampling_measured()
+    assert (m.temperature, m.greedy_right, m.samples_right, m.greedy_better) == (1.0, 0.53, 0.02, True)
+    assert m.colder == ((0.5, 0.9), (0.3, 0.16)) and m.colder_helped == 0.3  # 0.5 is not clearly less flat
+    as_flat = report(greedy_pass_rate=0.38, colder=(dict(COLD, flat_fraction=0.97, prompts=WRONG),), **NOISY)
+    assert as_flat.sampling_measured().colder_helped is None
+    fitted = report(greedy_pass_rate=0.53, colder=(COLD,), proposed=COLD, applies=True, **NOISY)
+    m = fitted.sampling_measured()  # trained at 0.3: no draw below it, and its samples now face the greedy answers
+    assert (m.temperature, m.samples_right, m.colder, m.colder_helped) == (0.3, 0.31, (), None)
+
+
 def test_a_probe_still_mostly_cut_says_it_cannot_decide():
     r = report(flat_fraction=0.9, truncation_rate=0.95, cut_without_spread=1.0, pass_rate=0.0,
                finished_within_probe=0.2, probe_length=128, suggested_max_completion_length=16)

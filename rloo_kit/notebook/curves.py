@@ -32,9 +32,9 @@ GOLD = Panel("gold (held back) vs proxy", "gold/mean", twin="proxy/mean", twin_l
 TOOLS = Panel("tool calls", "tools/call_rate", twin="tools/valid_call_rate", twin_label="valid calls (dashed)",
               twin_limits=(-0.05, 1.05))
 DIAGNOSIS_COLORS = {"high_variance": "tab:orange", "kl_explosion": "tab:red", "reward_collapse": "tab:purple",
-                    "converged": "teal", "truncation": "tab:brown", "reward_hacking": "tab:pink",
-                    "memorisation": "tab:olive", "answer_habit": "gold", "tool_unused": "tab:gray",
-                    "tool_invalid": "tab:cyan"}
+                    "sampling_noise": "tab:blue", "converged": "teal", "truncation": "tab:brown",
+                    "reward_hacking": "tab:pink", "memorisation": "tab:olive", "answer_habit": "gold",
+                    "tool_unused": "tab:gray", "tool_invalid": "tab:cyan"}
 
 
 def points(history: Sequence[dict], key: str) -> tuple[list, list]:
