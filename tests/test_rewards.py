@@ -20,7 +20,7 @@ from rloo_kit.rewards import (
     safe,
     tag_format,
 )
-from rloo_kit.rewards.answers import stands_alone
+from rloo_kit.rewards.answers import numbers_in_words, stands_alone
 
 from .conftest import SHARED_GSM8K
 
@@ -45,6 +45,20 @@ def test_extract_answer(text, expected):
 ])
 def test_correct_answer_formats(completion, gold, score):
     assert correct_answer(prompts=["q"], completions=[completion], answer=[gold]) == [score]
+
+
+def test_a_number_given_in_words_is_the_number_unless_the_question_states_it():
+    """A new-user legs file: 'A spider has eight legs.' was scored wrong against 8. A number-words task ('Write the
+    number seventeen in digits.') is not answered by its question's own words, and digits still come first."""
+    legs = "How many legs does a spider have?"
+    assert correct_answer([legs, legs, legs], ["A spider has eight legs.", "<answer>eight</answer>",
+                                                "It has six legs."], answer=["8", "8", "8"]) == [1.0, 1.0, 0.0]
+    digits = "Write the number seventeen in digits."
+    replies = ["The number seventeen is seventeen.", "Seventeen: 17.", "It is 71, seventeen."]
+    assert correct_answer([digits] * 3, replies, answer=["17"] * 3) == [0.0, 1.0, 0.0]
+    minutes = "How many seconds are in one minute?"  # the question's 'one' is passed over, not the reply's answer
+    assert extract_answer("There are sixty seconds in one minute.", minutes) == "60"
+    assert numbers_in_words("two hundred and five, a hundred, twenty-one thousand") == [205, 21000]
 
 
 def test_correct_answer_reads_chat_messages():

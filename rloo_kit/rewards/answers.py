@@ -39,14 +39,28 @@ def parse_number(text: str | None) -> float | None:
     except ValueError:
         return None
 
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, question: str = "") -> str | None:
     """The final answer of a completion: '#### N', '\\boxed{N}', '<answer>N</answer>', 'the answer
-    is N', 'answer: N', else the last number in the text."""
+    is N', 'answer: N', else the last number in the text. A reply that writes no number in digits is read for one
+    in words, in its marked answer or else its last sentence, in digits: 'A spider has eight legs.' -> '8'; one the
+    `question` states (in digits or words) is not the answer ('Write the number one in digits.' is not answered by
+    'The number one is one.').
+
+    >>> extract_answer("3 + 4 = 7."), extract_answer("A spider has eight legs."), extract_answer("It is one.", "one?")
+    ('7', '8', None)
+    """
     marked = marked_answer(text)
     if marked is not None:
-        return marked
+        return marked if parse_number(marked) is not None else _number_in_words(marked, question) or marked
     numbers = re.findall(NUMBER, text)
-    return numbers[-1] if numbers else None
+    return numbers[-1] if numbers else _number_in_words(_answer_span(text), question)
+
+
+def _number_in_words(span: str, question: str) -> str | None:
+    """The last number `span` writes in words that `question` does not state, in digits; None where none."""
+    stated = {parse_number(n) for n in re.findall(NUMBER, question)} | set(numbers_in_words(question))
+    said = [n for n in numbers_in_words(span) if n not in stated]
+    return str(said[-1]) if said else None
 
 def marked_answer(text: str) -> str | None:
     """The answer a completion marks as its answer (the patterns of `extract_answer`), else None."""
@@ -188,7 +202,7 @@ def predicted_answer(completion, labels: Sequence[str] | None = None, match: str
         return picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
     if labels:
         return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
-    return extract_answer(text)
+    return extract_answer(text, completion_text(prompt) if prompt is not None else "")
 
 def offers_numbers(choices: Sequence[str] | None) -> bool:
     """Whether a row's choices are the numbers its question offers, not things it lists (data.load_local)."""
@@ -347,6 +361,38 @@ _NUMBER_WORDS = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
     "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion".split())
 _HYPHENS = frozenset("-\u2010\u2011")
+_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                                     "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9}
+
+
+def numbers_in_words(text: str) -> list[int]:
+    """The whole numbers `text` writes in English words, in order; one number however many words it takes.
+
+    >>> numbers_in_words("This one has eight legs; seven hundred and seventy-two, twenty one, five six.")
+    [1, 8, 772, 21, 5, 6]
+    """
+    found, total, part, prev = [], 0, None, None
+    for word in re.findall(r"[a-z]+", text.lower()):
+        value = _UNITS.get(word, _TENS.get(word))
+        if value is not None:
+            goes_on = prev in _SCALES or prev == "and" or (prev in _TENS and value < 10)
+            if part is not None and not goes_on:  # 'five six': two numbers
+                found.append(total + part)
+                total, part = 0, None
+            part = (part or 0) + value
+        elif word in _SCALES and part is not None:
+            if _SCALES[word] == 100:
+                part *= 100
+            else:
+                total, part = total + part * _SCALES[word], 0
+        elif not (word == "and" and prev in _SCALES and part is not None):
+            if part is not None:
+                found.append(total + part)
+            total, part = 0, None
+        prev = word
+    return found + ([total + part] if part is not None else [])
 
 
 def stands_alone(span: str, phrase: str) -> bool:
@@ -483,7 +529,7 @@ def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
             return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold)
         return answers_match(reply, gold)
     if numeric:
-        return answers_match(extract_answer(text), gold)
+        return answers_match(extract_answer(text, question), gold)
     wanted, span = normalize_text(gold), _answer_span(text)
     return (bool(wanted) and mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
             and not restates(span, gold, question) and not echoes_quote(span, gold, question))
