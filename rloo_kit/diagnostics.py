@@ -145,6 +145,11 @@ class SamplingMeasured:
     colder: tuple[tuple[float, float], ...] = ()  # (temperature, share of prompts it left without spread), drawn below
     colder_helped: float | None = None  # the colder temperature that left clearly fewer prompts flat, if one did
 
+    @classmethod
+    def from_dict(cls, d: dict) -> SamplingMeasured:
+        """From its JSON form (preflight.json's `sampling_measured`), whose pairs are lists."""
+        return cls(**{**d, "colder": tuple(tuple(pair) for pair in d.get("colder", ()))})
+
 
 def _series(history: list[dict], key: str) -> list[float]:
     return [h[key] for h in history if h.get(key) is not None]

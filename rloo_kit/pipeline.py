@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .budget import BEST_DIR, LAST_DIR, habit_note, read_json
-from .diagnostics import NOT_FAILURES
+from .diagnostics import NOT_FAILURES, SamplingMeasured
 from .distributed import is_main_process
 from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, ordinal, paired_change
@@ -209,6 +209,7 @@ class Run:
         self.report = RunReport(model=plan.model, task=task.name, preset=plan.preset.name, device=plan.hardware.device,
                                 smoke=smoke, budget_minutes=overrides.get("minutes"))
         self.preflight_report: PreflightReport | None = None
+        self.sampling: SamplingMeasured | None = None  # the pre-flight's greedy answers against samples
         self.preflight_prompts: list = []
         self.before: EvalReport | None = None
         self.after: EvalReport | None = None
@@ -221,6 +222,7 @@ class Run:
         report = judge_run(self.plan, self.task, self.model, self.tokenizer, n_prompts=n_prompts, seed=self.seed)
         self.task, notes = fit_task(self.task, report)
         self.preflight_report, self.report.own_task_defaults = report, notes
+        self.sampling = report.sampling_measured()
         self.report.preflight = _preflight_summary(report)
         if is_main_process():
             (self.out / PREFLIGHT).write_text(json.dumps(report.to_dict(), indent=2))
@@ -261,6 +263,8 @@ class Run:
         saved = self.out / FIT
         if saved.is_file():
             self.task = refit(self.task, **json.loads(saved.read_text()))
+        measured = (read_json(self.out / PREFLIGHT) or {}).get("sampling_measured")
+        self.sampling = SamplingMeasured.from_dict(measured) if measured else None
         earlier = read_json(self.out / METRICS)  # a finished run's report: its pre-flight is not run again
         if earlier:
             self.report.preflight = earlier.get("preflight")
@@ -283,8 +287,8 @@ class Run:
         self.trainer = build_trainer(self.model, self.tokenizer, self.task, preset=self.plan.preset,
                                      output_dir=str(self.out), seed=self.seed, **settings)
         monitor = self.trainer.health_monitor
-        if monitor is not None and monitor.sampling is None and self.preflight_report is not None:
-            monitor.sampling = self.preflight_report.sampling_measured()  # flat groups: noise, or not known
+        if monitor is not None and monitor.sampling is None:
+            monitor.sampling = self.sampling  # flat groups: noise, or answers not known
         args = self.trainer.args
         self.report.max_completion_length = self.task.max_completion_length
         self.report.config = {k: getattr(args, k) for k in (

@@ -273,6 +273,8 @@ class PreflightReport:
                                              "truncation_rate", "pass_rate", "prompts", "rewards", "correlations",
                                              "temperature")})
         out.update(ok=self.ok, verdict=self.verdict, problems=[asdict(p) for p in self.problems], kinds=self.kinds())
+        sampling = self.sampling_measured()  # what a resumed run's health monitor reads back
+        out["sampling_measured"] = asdict(sampling) if sampling is not None else None
         return out
 
     def __str__(self) -> str:

@@ -100,19 +100,21 @@ def test_a_budgeted_runs_report_marks_the_validation_steps_whose_replies_ignored
 
 def test_the_runs_health_monitor_reads_what_the_preflight_measured_of_sampling(tiny_model_dir, tmp_path):
     """Flat groups are told apart (noise a colder draw cures, or answers not known) by the pre-flight's greedy answers
-    against its samples, from the first step on: the run hands them to its monitor."""
-    from types import SimpleNamespace
+    against its samples, from the first step on: the run hands them to its monitor (a resumed run, from its
+    preflight.json)."""
+    from dataclasses import asdict
 
     import rloo_kit
     from rloo_kit.diagnostics import SamplingMeasured
-    from rloo_kit.pipeline import Run
+    from rloo_kit.pipeline import PREFLIGHT, Run
     from rloo_kit.tasks import plan_run
 
     model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
     task = rloo_kit.load_task("arithmetic", n_train=8, n_test=4)
     run = Run(plan_run(str(tiny_model_dir), "arithmetic", "cpu"), task, rloo_kit.attach_lora(model, preset="cpu"), tok,
               output_dir=tmp_path, per_device_train_batch_size=4, num_generations=2, save_strategy="no")
-    assert run.build_trainer().health_monitor.sampling is None  # no pre-flight ran
-    measured = SamplingMeasured(1.0, greedy_right=0.53, samples_right=0.02, greedy_better=True)
-    run.preflight_report = SimpleNamespace(sampling_measured=lambda: measured)
-    assert run.build_trainer().health_monitor.sampling is measured
+    measured = SamplingMeasured(1.0, greedy_right=0.25, samples_right=0.02, greedy_better=True,
+                                colder=((0.5, 0.84), (0.3, 0.81)))
+    (tmp_path / PREFLIGHT).write_text(json.dumps({"sampling_measured": asdict(measured)}))  # as its first attempt left
+    run.refit()
+    assert run.sampling == measured and run.build_trainer().health_monitor.sampling == measured

@@ -3,6 +3,7 @@ the real default model, where they must predict what training would do."""
 
 import dataclasses
 import importlib
+import json
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from datasets import Dataset
 
 import rloo_kit
+from rloo_kit.diagnostics import SamplingMeasured
 from rloo_kit.errors import ConfigError
 from rloo_kit.preflight_check import (
     PreflightReport,
@@ -324,6 +326,8 @@ def test_the_health_monitor_is_given_the_greedy_answers_against_the_trained_samp
     m = asked.sampling_measured()
     assert (m.temperature, m.greedy_right, m.samples_right, m.greedy_better) == (1.0, 0.53, 0.02, True)
     assert m.colder == ((0.5, 0.9), (0.3, 0.16)) and m.colder_helped == 0.3  # 0.5 is not clearly less flat
+    recorded = json.loads(json.dumps(asked.to_dict()))["sampling_measured"]  # preflight.json, for a resumed run
+    assert SamplingMeasured.from_dict(recorded) == m
     as_flat = report(greedy_pass_rate=0.38, colder=(dict(COLD, flat_fraction=0.97, prompts=WRONG),), **NOISY)
     assert as_flat.sampling_measured().colder_helped is None
     fitted = report(greedy_pass_rate=0.53, colder=(COLD,), proposed=COLD, applies=True, **NOISY)
