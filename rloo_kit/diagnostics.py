@@ -237,7 +237,7 @@ def _greedy_against_samples(history: list[dict], t: Thresholds, answer_reward: s
     else:
         return {}
     if sampling is not None and sampling.colder:
-        found["colder_flat"] = {f"{temp:g}": round(flat, 3) for temp, flat in sampling.colder}
+        found["colder_flat"] = {f"{colder:g}": round(flat, 3) for colder, flat in sampling.colder}
         if sampling.colder_helped is None:
             found["noise"] = False  # measured: the colder draws left the prompts as flat
         else:
@@ -542,7 +542,7 @@ def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str,
         sampling = (f"the samples are nearly one answer (entropy {entropy:.3f} a token): raise temperature "
                     f"{temp:g} -> {min(temp + 0.3, 1.5):g} and num_generations")
     elif "colder_flat" in ev and "colder_helped" not in ev:
-        drawn = ", ".join(f"{flat:.0%} at {temp}" for temp, flat in ev["colder_flat"].items())
+        drawn = ", ".join(f"{flat:.0%} at {colder}" for colder, flat in ev["colder_flat"].items())
         sampling = (f"a colder draw does not help here (the pre-flight measured the prompts left without spread: "
                     f"{drawn}); raise num_generations")
     elif "greedy_right" in ev:
