@@ -356,15 +356,13 @@ def mentions(text: str, phrase: str) -> bool:
         return re.search(rf"(?<!\w){phrase}(?!\w)(?!\s+[a-z])", text) is not None
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text) is not None for p in spellings(phrase))
 
-# English numbers in words: a number in words is one answer however many words it takes ('seven hundred and seventy')
-_NUMBER_WORDS = frozenset(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
-    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion".split())
-_HYPHENS = frozenset("-\u2010\u2011")
 _UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
                                      "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
 _TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9}
+# English numbers in words: a number in words is one answer however many words it takes ('seven hundred and seventy')
+_NUMBER_WORDS = frozenset({*_UNITS, *_TENS, *_SCALES})
+_HYPHENS = frozenset("-\u2010\u2011")
 
 
 def numbers_in_words(text: str) -> list[int]:
