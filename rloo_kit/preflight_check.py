@@ -249,8 +249,7 @@ class PreflightReport:
         if self.greedy_pass_rate is None or trained.pass_rate is None:
             return None
         colder = [s for s in self.colder if s.temperature < trained.temperature]
-        helped = min((s for s in colder if s.clearly_less_flat_than(trained)), key=lambda s: s.flat_fraction,
-                     default=None)
+        helped = min(_colder_that_helped(self, trained), key=lambda s: s.flat_fraction, default=None)
         return SamplingMeasured(trained.temperature, self.greedy_pass_rate, trained.pass_rate,
                                 _greedy_beats(self, trained), tuple((s.temperature, s.flat_fraction) for s in colder),
                                 helped and helped.temperature)
@@ -907,7 +906,7 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
             or not _greedy_beats(report, setup)):
         return None  # not measured, no better greedily, or right answers unpaid: not noise
     t = setup.temperature
-    colder = [c for c in report.colder if c.temperature < t and c.clearly_less_flat_than(setup)]
+    colder = _colder_that_helped(report, setup)
     warmer = report.held_against if any(c is setup for c in report.colder) else None
     if report.colder and not colder and (warmer is None or not setup.clearly_less_flat_than(warmer)):
         return None  # colder draws were measured and left the prompts as flat: the reward, not the noise
@@ -921,6 +920,11 @@ def _sampling_noise(report: PreflightReport, setup: Setup, flat: str) -> Problem
         "best answer, so each group is wrong together.",
         f"{lower}; or cut the sampling tail with min_p=0.1 (a recipe key). A higher temperature makes this worse.",
         blocking=setup.flat_fraction >= COLLAPSE_SHARE)
+
+
+def _colder_that_helped(report: PreflightReport, setup: Setup) -> list[Setup]:
+    """The draws colder than `setup` that left clearly fewer of its prompts flat (`Setup.clearly_less_flat_than`)."""
+    return [c for c in report.colder if c.temperature < setup.temperature and c.clearly_less_flat_than(setup)]
 
 
 def greedy_beats_samples(greedy_pass_rate: float, prompts: int, sample_pass_rate: float, samples: int) -> bool:
