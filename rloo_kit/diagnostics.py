@@ -188,8 +188,6 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
     flat = _flat(history, t, answer_reward)
     if flat:
         evidence = {**flat, "reward": recent[-1].get("reward")}
-        if any(h.get(VALIDATION_KEY) is not None for h in history):
-            evidence["validated"] = True  # the run keeps its best validation step: going on costs only time
         if recent[-1].get(f"rewards/{answer_reward}/mean") is not None:
             evidence["answer_reward"] = round(recent[-1][f"rewards/{answer_reward}/mean"], 4)
         if recent[-1].get("entropy") is not None:
@@ -197,8 +195,7 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
         if rise:
             found["converged"] = {**evidence, "rose": rise[2], "early": round(rise[0], 3), "now": round(rise[1], 3)}
         else:
-            cause = _greedy_against_samples(history, t, answer_reward, sampling)
-            noise = cause.pop("noise", False)
+            noise, cause = _greedy_against_samples(history, t, answer_reward, sampling)
             found["sampling_noise" if noise else "reward_collapse"] = {**evidence, **cause}
 
     clipped = [h.get("completions/clipped_ratio") for h in recent]
@@ -218,31 +215,35 @@ def _detect(history: list[dict], t: Thresholds, answer_reward: str | None = None
 
 
 def _greedy_against_samples(history: list[dict], t: Thresholds, answer_reward: str | None,
-                            sampling: SamplingMeasured | None) -> dict:
-    """The greedy answers' accuracy against the samples', where it was measured: the latest validation pass (greedy,
-    on training rows set apart) against the answer's reward over the latest `patience` steps (sampled; read as a
-    share right where it lies in [0, 1]), else the pre-flight's (`sampling`); with the colder draws the pre-flight
-    probed. `noise`: the greedy answers right on `noise_gap` more, and no colder draw measured to leave the prompts as
-    flat. Empty where neither was measured."""
+                            sampling: SamplingMeasured | None) -> tuple[bool, dict]:
+    """Whether flat groups are noise, and the evidence: the greedy answers' accuracy against the samples', where it
+    was measured: the latest validation pass (greedy, on training rows set apart) against the answer's reward over
+    the latest `patience` steps (sampled; read as a share right where it lies in [0, 1]), else the pre-flight's
+    (`sampling`); with the colder draws the pre-flight probed, and `validated` where the run keeps its best
+    validation step (going on then costs only time). Noise: the greedy answers right on `noise_gap` more, and no
+    colder draw measured to leave the prompts as flat."""
     mean_key = _answer_keys(history, answer_reward)[0]
     validation = [h for h in history if h.get(VALIDATION_KEY) is not None]
     sampled = _series(history[-t.patience:], mean_key)
+    found: dict = {"validated": True} if validation else {}
     if validation and sampled and all(0.0 <= s <= 1.0 for s in sampled):
         greedy, right = validation[-1][VALIDATION_KEY], statistics.fmean(sampled)
-        found = {"greedy_right": round(greedy, 3), "samples_right": round(right, 3),
-                 "measured": f"validation at step {validation[-1]['step']}", "noise": greedy >= right + t.noise_gap}
+        found.update(greedy_right=round(greedy, 3), samples_right=round(right, 3),
+                     measured=f"validation at step {validation[-1]['step']}")
+        noise = greedy >= right + t.noise_gap
     elif sampling is not None:
-        found = {"greedy_right": round(sampling.greedy_right, 3), "samples_right": round(sampling.samples_right, 3),
-                 "measured": "pre-flight", "noise": sampling.greedy_better}
+        found.update(greedy_right=round(sampling.greedy_right, 3), samples_right=round(sampling.samples_right, 3),
+                     measured="pre-flight")
+        noise = sampling.greedy_better
     else:
-        return {}
+        return False, found
     if sampling is not None and sampling.colder:
         found["colder_flat"] = {f"{colder:g}": round(flat, 3) for colder, flat in sampling.colder}
         if sampling.colder_helped is None:
-            found["noise"] = False  # measured: the colder draws left the prompts as flat
+            noise = False  # measured: the colder draws left the prompts as flat
         else:
             found["colder_helped"] = sampling.colder_helped
-    return found
+    return noise, found
 
 
 def _reward_noise(history: list[dict], t: Thresholds) -> float | None:
