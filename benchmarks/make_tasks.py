@@ -45,7 +45,21 @@ borrow lend|bright dim|calm angry|come go|cool warm|correct wrong|dry wet|float 
 gentle rough|guilty innocent|healthy sick|hello goodbye|increase decrease|lazy busy|major minor|many few
 maximum minimum|more less|morning evening|never always|odd even|on off|past future|plus minus|question answer
 raise lower|sit stand|sunny cloudy|under over|visible invisible|vertical horizontal|whisper shout|yes no"""
-ANSWER_ALSO = {"difficult": ["hard"], "closed": ["shut"], "sick": ["ill"], "dim": ["dark"], "angry": ["agitated"]}
+# Other opposites a dictionary gives for the same word, so a fair answer is not scored wrong (a run named friend ->
+# foe, wild -> domesticated, loud -> soft; the first list had lazy -> busy alone). Keyed by the question's word.
+ANSWER_ALSO = {
+    "open": ["shut"], "easy": ["hard"], "healthy": ["ill", "unhealthy"], "bright": ["dark", "dull"],
+    "calm": ["agitated", "nervous", "anxious", "stormy"], "big": ["little"], "old": ["new"], "light": ["heavy"],
+    "hard": ["easy"], "start": ["end", "stop"], "loud": ["soft", "silent"], "brave": ["fearful", "timid"],
+    "cheap": ["costly"], "enter": ["leave"], "friend": ["foe"], "give": ["receive"], "good": ["evil"],
+    "new": ["used"], "noisy": ["silent"], "polite": ["impolite"], "safe": ["unsafe"], "sharp": ["dull"],
+    "sweet": ["bitter"], "wild": ["domestic", "domesticated"], "accept": ["reject", "decline"],
+    "arrive": ["depart"], "begin": ["finish"], "cool": ["hot"], "correct": ["incorrect"], "gentle": ["harsh"],
+    "hello": ["bye"], "lazy": ["hardworking", "hard-working", "diligent", "industrious", "energetic"],
+    "question": ["reply"], "sunny": ["overcast", "rainy"], "under": ["above"], "whisper": ["yell"],
+    "true": ["untrue"], "happy": ["unhappy"], "rough": ["gentle"], "forward": ["backwards", "back"],
+    "more": ["fewer"],
+}
 
 
 def number_word(n: int) -> str:
@@ -80,7 +94,7 @@ def main() -> None:
     write("number_words", [{"prompt": f"Write the number {number_word(n)} in digits.", "answer": str(n)}
                            for n in range(100)])
     pairs = [line.split() for line in OPPOSITES.replace("\n", "|").split("|")]
-    write("opposites", [{"prompt": f"What is the opposite of '{a}'?", "answer": [b, *ANSWER_ALSO.get(b, [])]}
+    write("opposites", [{"prompt": f"What is the opposite of '{a}'?", "answer": [b, *ANSWER_ALSO.get(a, [])]}
                         for a, b in pairs])
     reviews = [(f"The {thing} was {word}.", label) for thing in THINGS
                for words, label in ((GOOD, "positive"), (BAD, "negative")) for word in rng.sample(words, 5)]
