@@ -21,7 +21,7 @@ from .errors import RunRefused
 from .evaluation import EvalReport, PairedChange, ordinal, paired_change
 from .models import attach_lora
 from .pool import PromptPool
-from .preflight_check import SPREAD_EPS, PreflightReport, fit_task, preflight, refit
+from .preflight_check import SPREAD_EPS, PreflightReport, Problem, fit_task, preflight, refit
 from .recipes import RECIPE_FILE
 from .tasks import RunPlan, Task
 from .tools import demonstrating_tool, in_model_format, warm_start, worked_examples
@@ -210,6 +210,7 @@ class Run:
                                 smoke=smoke, budget_minutes=overrides.get("minutes"))
         self.preflight_report: PreflightReport | None = None
         self.sampling: SamplingMeasured | None = None  # the pre-flight's greedy answers against samples
+        self.refused_before = False  # resumed: the first attempt's pre-flight refused the run, and nothing trained
         self.preflight_prompts: list = []
         self.before: EvalReport | None = None
         self.after: EvalReport | None = None
@@ -233,15 +234,19 @@ class Run:
         return report
 
     def cannot_learn(self, force: bool = False) -> bool:
-        """Whether the pre-flight (if one ran) says the run that would be trained cannot learn, and force does
-        not override it."""
-        return self.preflight_report is not None and not self.preflight_report.ok and not force
+        """Whether the pre-flight says the run that would be trained cannot learn, and force does not override it:
+        this attempt's pre-flight, or a resumed run's first one that refused it (a resume is no way round it)."""
+        if force:
+            return False
+        return not self.preflight_report.ok if self.preflight_report is not None else self.refused_before
 
     def refuse_if_cannot_learn(self, force: bool = False) -> None:
         """RunRefused naming the pre-flight's causes when `cannot_learn(force)`: the notebook's stop."""
         if self.cannot_learn(force):
-            raise RunRefused("Not training: " + _cannot_learn(self.preflight_report.kinds(), "FORCE = True in the "
-                                                              "notebook (--force on the command line)"))
+            report = self.preflight_report
+            kinds = report.kinds() if report is not None else self.report.preflight["problems"]  # resumed
+            raise RunRefused("Not training: " + _cannot_learn(kinds, "FORCE = True in the notebook (--force on the "
+                                                                     "command line)"))
 
     def warm_up(self, examples: int, epochs: int = WARM_EPOCHS) -> None:
         """Teach the call syntax to a model that never calls its tools (the pre-flight's `tool_unused`): `examples`
@@ -259,7 +264,8 @@ class Run:
     def refit(self) -> None:
         """A resumed run trains the setup its first attempt chose: the pre-flight's (recorded in fit.json), and
         a warm-up's adapter as the model RLOO keeps near (TRL copies the adapter it finds into its reference; the
-        checkpoint then restores the trained one over it)."""
+        checkpoint then restores the trained one over it). A first attempt its pre-flight refused stays refused
+        unless forced: its problems are printed again, for the fixes the refusal points to."""
         saved = self.out / FIT
         if saved.is_file():
             self.task = refit(self.task, **json.loads(saved.read_text()))
@@ -269,6 +275,12 @@ class Run:
         if earlier:
             self.report.preflight = earlier.get("preflight")
             self.report.own_task_defaults = earlier.get("own_task_defaults") or []
+            self.refused_before = not earlier.get("trained") and not (self.report.preflight or {}).get("ok", True)
+        if self.refused_before and is_main_process():  # the fixes the resumed run's own refusal points to
+            recorded = (read_json(self.out / PREFLIGHT) or {}).get("problems") or []
+            print(f"The first attempt's pre-flight ({self.out / PREFLIGHT}) refused this run:", flush=True)
+            for problem in recorded:
+                print(Problem(**problem), flush=True)
         warmed = self.out / WARM_DIR / WARMED
         if (warmed / "adapter_config.json").is_file():
             from peft import load_peft_weights, set_peft_model_state_dict

@@ -121,6 +121,13 @@ def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, ca
     assert m["preflight"]["problems"][0] in ("reward_collapse", "truncation") and not m["preflight"]["ok"]
     assert m["preflight"]["problems"][0] in captured.err and not (out / "adapter").exists()
 
+    assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume")) == 3  # no way round it
+    captured = capsys.readouterr()
+    assert "first attempt's pre-flight" in captured.out and "Fix:" in captured.out and "--force" in captured.err
+    assert not json.loads((out / "metrics.json").read_text())["trained"] and not (out / "adapter").exists()
+    assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume", "--force")) == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 2 and (out / "adapter").is_dir()
+
 
 @pytest.mark.heavy
 def test_train_round_trip_writes_metrics_and_one_adapter(tiny_model_dir, tmp_path, capsys, monkeypatch):
