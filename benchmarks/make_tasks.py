@@ -49,11 +49,11 @@ raise lower|sit stand|sunny cloudy|under over|visible invisible|vertical horizon
 # foe, wild -> domesticated, loud -> soft; the first list had lazy -> busy alone). Keyed by the question's word.
 ANSWER_ALSO = {
     "open": ["shut"], "easy": ["hard"], "healthy": ["ill", "unhealthy"], "bright": ["dark", "dull"],
-    "calm": ["agitated", "nervous", "anxious", "stormy"], "big": ["little"], "old": ["new"], "light": ["heavy"],
-    "hard": ["easy"], "start": ["end", "stop"], "loud": ["soft", "silent"], "brave": ["fearful", "timid"],
-    "cheap": ["costly"], "enter": ["leave"], "friend": ["foe"], "give": ["receive"], "good": ["evil"],
-    "new": ["used"], "noisy": ["silent"], "polite": ["impolite"], "safe": ["unsafe"], "sharp": ["dull"],
-    "sweet": ["bitter"], "wild": ["domestic", "domesticated"], "accept": ["reject", "decline"],
+    "calm": ["agitated", "nervous", "anxious", "stormy"], "big": ["little"], "old": ["new"],
+    "light": ["heavy", "darkness"], "hard": ["easy"], "start": ["end", "stop"], "loud": ["soft", "silent"],
+    "brave": ["fearful", "timid"], "cheap": ["costly"], "enter": ["leave"], "friend": ["foe"], "give": ["receive"],
+    "good": ["evil"], "new": ["used"], "noisy": ["silent"], "polite": ["impolite"], "safe": ["unsafe"],
+    "sharp": ["dull"], "sweet": ["bitter"], "wild": ["domestic", "domesticated"], "accept": ["reject", "decline"],
     "arrive": ["depart"], "begin": ["finish"], "cool": ["hot"], "correct": ["incorrect"], "gentle": ["harsh"],
     "hello": ["bye"], "lazy": ["hardworking", "hard-working", "diligent", "industrious", "energetic"],
     "question": ["reply"], "sunny": ["overcast", "rainy"], "under": ["above"], "whisper": ["yell"],
