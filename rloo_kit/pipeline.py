@@ -278,7 +278,8 @@ class Run:
             self.refused_before = not earlier.get("trained") and not (self.report.preflight or {}).get("ok", True)
         if self.refused_before and is_main_process():  # the fixes the resumed run's own refusal points to
             recorded = (read_json(self.out / PREFLIGHT) or {}).get("problems") or []
-            print(f"The first attempt's pre-flight ({self.out / PREFLIGHT}) refused this run:", flush=True)
+            print(f"The first attempt's pre-flight ({self.out / PREFLIGHT}) refused this run (a changed setup is "
+                  "judged again with --overwrite):", flush=True)
             for problem in recorded:
                 print(Problem(**problem), flush=True)
         warmed = self.out / WARM_DIR / WARMED

@@ -123,7 +123,8 @@ def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, ca
 
     assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume")) == 3  # no way round it
     captured = capsys.readouterr()
-    assert "first attempt's pre-flight" in captured.out and "Fix:" in captured.out and "--force" in captured.err
+    assert "first attempt's pre-flight" in captured.out and "--overwrite" in captured.out and "Fix:" in captured.out
+    assert "--force" in captured.err
     assert not json.loads((out / "metrics.json").read_text())["trained"] and not (out / "adapter").exists()
     assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume", "--force")) == 0
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2 and (out / "adapter").is_dir()
