@@ -269,18 +269,18 @@ class Run:
         saved = self.out / FIT
         if saved.is_file():
             self.task = refit(self.task, **json.loads(saved.read_text()))
-        measured = (read_json(self.out / PREFLIGHT) or {}).get("sampling_measured")
+        judged = read_json(self.out / PREFLIGHT) or {}
+        measured = judged.get("sampling_measured")
         self.sampling = SamplingMeasured.from_dict(measured) if measured else None
         earlier = read_json(self.out / METRICS)  # a finished run's report: its pre-flight is not run again
         if earlier:
             self.report.preflight = earlier.get("preflight")
             self.report.own_task_defaults = earlier.get("own_task_defaults") or []
-            self.refused_before = not earlier.get("trained") and not (self.report.preflight or {}).get("ok", True)
+            self.refused_before = not earlier.get("trained") and self.report.refusal() is not None
         if self.refused_before and is_main_process():  # the fixes the resumed run's own refusal points to
-            recorded = (read_json(self.out / PREFLIGHT) or {}).get("problems") or []
             print(f"The first attempt's pre-flight ({self.out / PREFLIGHT}) refused this run (a changed setup is "
                   "judged again with --overwrite):", flush=True)
-            for problem in recorded:
+            for problem in judged.get("problems") or []:
                 print(Problem(**problem), flush=True)
         warmed = self.out / WARM_DIR / WARMED
         if (warmed / "adapter_config.json").is_file():
