@@ -8,9 +8,10 @@ split plays no part here: it measures the kept adapter once, at the end, so choo
 The kept step is the one right on the most validation rows, the later of equals: a validation split of a small file
 is 10-16 rows, on which a step that learned often scores as step 0 did, while it is the later steps that have
 trained longer (`replaces`); a step whose replies ignore the row (one answer to nearly every row, or right on no
-more rows than its replies would be dealt at random) is not kept, however many rows its answers happen to be right
-for, and a step right on no row does not replace step 0. A budget whose validation rows are all right, twice running,
-while its training groups have gone flat stops there (`TimeBudget.stops_solved`): no later step could be kept for more.
+more rows than its replies dealt at random, or by a lead such deals often match) is not kept, however many rows its
+answers happen to be right for, and a step right on no row does not replace step 0. A budget whose validation rows
+are all right, twice running, while its training groups have gone flat stops there (`TimeBudget.stops_solved`): no
+later step could be kept for more.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy p
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
 # a curve point's marks of replies that ignore the row (Validation.marks)
 HABIT_MARKS = ("one_answer", "one_place", "chance")
+# random deals of a pass's replies that are right on as many rows, in this share or more: its lead over chance is luck.
+# A held-back four-letter multiple-choice file's step 67 gave only 'B' and 'D' whatever the row, right on 4 of 12
+# validation rows (chance 3.5, as often in half the deals), and was kept over step 0: held out 0.31 -> 0.19
+CHANCE_SHARE = 0.4
 # solved (`TimeBudget.stops_solved`): the latest steps over which nine groups in ten (the health monitor's share)
 # were flat. A held-back first-letter file was right on all 12 validation rows from step 7 and flat from step 16 (the
 # monitor's `converged`; after it, one step in five or six had a group of its four with a wrong sample), and spent
@@ -57,28 +62,31 @@ class Validation:
     whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None; the
     place in each list of choices that most replies picked whatever the row (`EvalReport.one_place`, 1 the first),
     else None; the rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`),
-    where known; and the replies themselves (`EvalReport.completions`' rows), which a kept or last step's folder
-    holds as REPLIES_FILE, to read what that step answers."""
+    where known, and the share of such deals right on as many rows as the replies are (`EvalReport.chance_share`);
+    and the replies themselves (`EvalReport.completions`' rows), which a kept or last step's folder holds as
+    REPLIES_FILE, to read what that step answers."""
 
     right: list[bool]
     one_answer: str | None = None
     chance: float | None = None
     one_place: int | None = None
     replies: tuple[dict, ...] = ()
+    chance_share: float | None = None
 
     def marks(self) -> dict:
         """What the curve point of this pass notes about replies that ignore the row: {"one_answer": answer},
         {"one_place": place}, or {"chance": accuracy} where the replies vary but are right on no more rows than
-        chance gives them (a habit of two answers), else nothing. Only where HABIT_ROWS replies or more can say
-        so."""
+        chance gives them, or on so few more that random deals of them do as well CHANCE_SHARE of the time or more
+        (a habit of two answers), else nothing. Only where HABIT_ROWS replies or more can say so."""
         if self.one_answer is not None:
             return {"one_answer": self.one_answer}
         if self.one_place is not None:
             return {"one_place": self.one_place}
         right = sum(self.right)
-        if self.chance is None or len(self.right) < HABIT_ROWS or not 0 < right <= self.chance + 1e-9:  # float sums
+        if self.chance is None or len(self.right) < HABIT_ROWS or right == 0:
             return {}
-        return {"chance": round(self.chance / len(self.right), 3)}
+        lucky = right <= self.chance + 1e-9 or (self.chance_share or 0.0) >= CHANCE_SHARE  # float sums
+        return {"chance": round(self.chance / len(self.right), 3)} if lucky else {}
 
 
 def habit_words(point: dict) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -67,6 +68,7 @@ ONE_PLACE_AGAINST = 4  # rows whose answer sits elsewhere, at least, to tell a h
 # number-choice run picked the first number on 21 of 24 held-out pairs, 7 of the 9 whose larger came second (right on
 # 2 of those, 14 of the other 15); asked for 0.8 of them, the check let it pass as +0.38 learned
 ONE_PLACE_KEPT = 0.5
+CHANCE_DEALS = 2000  # random deals `EvalReport.chance_share` draws: its share to within about 0.01
 
 
 def ordinal(place: int) -> str:
@@ -147,6 +149,25 @@ class EvalReport:
         if not rows:
             return None
         return sum(n * _right_for(spelled[value], rows) for value, n in counts.items()) / len(rows)
+
+    def chance_share(self, deals: int = CHANCE_DEALS, seed: int = 0) -> float | None:
+        """The share of `deals` seeded random deals of these replies to the rows that are right on as many rows as
+        the replies are where they stand: how often luck alone does as well. `chance_right` is the mean of such
+        deals; a lead over it of half a row is one that a held-back four-letter multiple-choice file's replies had
+        in half the deals (4 of 12 validation rows right, chance 3.5, only 'B' and 'D' given whatever the row). None
+        without predicted answers, as for `chance_right`."""
+        rows = [r for r in self.completions if "predicted" in r]
+        if not rows:
+            return None
+        golds = [accepted_answers(r["answer"]) for r in rows]
+        match = [[p is not None and any(answers_match(p, g) for g in accepted) for accepted in golds]
+                 for p in (r["predicted"] for r in rows)]
+        right, order, rng = sum(bool(r.get("correct")) for r in rows), list(range(len(rows))), random.Random(seed)
+        as_right = 0
+        for _ in range(deals):
+            rng.shuffle(order)
+            as_right += sum(match[reply][row] for reply, row in enumerate(order)) >= right
+        return as_right / deals
 
     def _answers_given(self) -> tuple[list[dict], Counter, dict]:
         """The replies scored against an answer, how many of them give each answer ('7', '7.0' and '$7' are one),

@@ -228,7 +228,8 @@ def _validator(task: Task, tokenizer, config: RLOOConfig):
         habit = report.one_answer(min_rows=HABIT_ROWS)
         place = report.one_place(min_rows=HABIT_ROWS)
         return Validation([bool(r["correct"]) for r in report.completions], habit and habit["answer"],
-                          report.chance_right(), place and place["place"], tuple(report.completions))
+                          report.chance_right(), place and place["place"], tuple(report.completions),
+                          report.chance_share())
 
     return validate
 

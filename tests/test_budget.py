@@ -176,6 +176,20 @@ def test_a_step_right_no_more_often_than_chance_or_on_no_row_is_not_kept(tmp_pat
     assert saved == [0] and never.best["step"] == 0  # right on none throughout: the model the run began with stays
 
 
+def test_a_step_whose_lead_over_chance_random_deals_often_match_is_not_kept(tmp_path, monkeypatch):
+    """A held-back four-letter multiple-choice file: step 67 gave only 'B' and 'D' whatever the row, right on 4 of 12
+    validation rows against chance's 3.5 (random deals of its replies did as well half the time), and was kept over
+    step 0: held out 0.31 -> 0.19. A lead that deals of the replies rarely match is kept."""
+    lucky = Validation(_first_right(4, 12).right, chance=3.5, chance_share=0.5)
+    assert lucky.marks() == {"chance": 0.292}
+    budget, saved = _measured(tmp_path, monkeypatch, [_first_right(2, 12), lucky], steps=(0, 67))
+    assert saved == [0] and budget.best["step"] == 0
+    learned = Validation(_first_right(4, 12).right, chance=3.5, chance_share=0.3)
+    assert learned.marks() == {}
+    budget, saved = _measured(tmp_path, monkeypatch, [_first_right(2, 12), learned], steps=(0, 67))
+    assert saved == [0, 67]
+
+
 def test_a_resumed_run_keeps_holding_its_steps_to_the_kept_one(tmp_path, monkeypatch):
     """A held-back rounding file: validation 0 of 12 at step 0, 11 at step 38, 12 at steps 76 and 116, then 4. A
     resumed run holds its next steps to the kept step of its first attempt."""

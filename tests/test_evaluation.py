@@ -234,6 +234,21 @@ def test_chance_is_what_the_replies_would_be_right_on_dealt_to_the_rows_at_rando
     assert EvalReport(None, {}, {}, 1.0, 0.0, 1, [{"prompt": "q", "completion": "c"}]).chance_right() is None
 
 
+def test_the_chance_share_is_how_often_random_deals_of_the_replies_do_as_well():
+    """A held-back four-letter multiple-choice file: a step gave only 'B' and 'D' whatever the row, right on 4 of 12
+    validation rows, where random deals of those replies average 3.5 and do as well about half the time. Replies that
+    read the row are right on all 12, which no deal of theirs but a lucky few matches."""
+    letters = ["a", "b", "c", "d"]
+    golds = ["C", "D", "B", "B", "C", "C", "B", "B", "A", "B", "D", "A"]
+    habit = _answered([f"{p}) cat" for p in "DBDDBDBBBBDD"], golds, letters)
+    assert sum(r["correct"] for r in habit.completions) == 4 and habit.chance_right() == 3.5
+    assert 0.4 < habit.chance_share() < 0.6
+    assert habit.chance_share() == habit.chance_share(seed=0)  # seeded: one pass, one verdict
+    read = _answered([f"{g}) cat" for g in golds], golds, letters)
+    assert read.chance_share() < 0.01
+    assert EvalReport(None, {}, {}, 1.0, 0.0, 1, [{"prompt": "q", "completion": "c"}]).chance_share() is None
+
+
 def test_right_replies_mostly_cut_at_the_limit_are_named_and_a_few_are_not():
     """A held-back last-letter run learned to spray letters to the 64-token limit, scored right by a looser match."""
     def report(right_cut: int, right_ended: int, wrong_cut: int = 4) -> EvalReport:
