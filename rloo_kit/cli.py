@@ -283,8 +283,13 @@ def cmd_train(args) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     (out / RECIPE_FILE).write_text(recipe)
-    from .pipeline import run  # torch, transformers, TRL: seconds of imports, after every check that needs none
+    from .pipeline import print_first_refusal, recorded_report, run  # torch, transformers, TRL: seconds of imports
 
+    earlier = recorded_report(out) if args.resume and not args.force else None
+    if earlier is not None and (refused := earlier.refusal()):  # before the model loads: minutes for a large one
+        print_first_refusal(out)
+        print(f"{refused} metrics: {out / 'metrics.json'}", file=sys.stderr)
+        return 3
     model, tok = _load(args, plan, task)
     overrides = _overrides(args)
     if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`

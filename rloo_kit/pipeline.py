@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -272,16 +272,12 @@ class Run:
         judged = read_json(self.out / PREFLIGHT) or {}
         measured = judged.get("sampling_measured")
         self.sampling = SamplingMeasured.from_dict(measured) if measured else None
-        earlier = read_json(self.out / METRICS)  # a finished run's report: its pre-flight is not run again
-        if earlier:
-            self.report.preflight = earlier.get("preflight")
-            self.report.own_task_defaults = earlier.get("own_task_defaults") or []
-            self.refused_before = not earlier.get("trained") and self.report.refusal() is not None
+        earlier = recorded_report(self.out)  # a finished run's report: its pre-flight is not run again
+        if earlier is not None:
+            self.report.preflight, self.report.own_task_defaults = earlier.preflight, earlier.own_task_defaults
+            self.refused_before = earlier.refusal() is not None
         if self.refused_before and is_main_process():  # the fixes the resumed run's own refusal points to
-            print(f"The first attempt's pre-flight ({self.out / PREFLIGHT}) refused this run (a changed setup is "
-                  "judged again with --overwrite):", flush=True)
-            for problem in judged.get("problems") or []:
-                print(Problem(**problem), flush=True)
+            print_first_refusal(self.out, judged)
         warmed = self.out / WARM_DIR / WARMED
         if (warmed / "adapter_config.json").is_file():
             from peft import load_peft_weights, set_peft_model_state_dict
@@ -465,6 +461,27 @@ def run(plan: RunPlan, task: Task, model: PreTrainedModel | PeftModel, tokenizer
     r.evaluate_after()
     r.write()
     return r.report
+
+
+def recorded_report(output_dir: str | Path) -> RunReport | None:
+    """The RunReport an earlier attempt wrote to output_dir's metrics.json (fields this version does not know left
+    out), None where there is none."""
+    recorded = read_json(Path(output_dir) / METRICS)
+    if not recorded:
+        return None
+    known = {f.name for f in fields(RunReport)}
+    return RunReport(**{k: v for k, v in recorded.items() if k in known})
+
+
+def print_first_refusal(output_dir: str | Path, judged: dict | None = None) -> None:
+    """What a resumed run's first attempt was refused for: the problems, with their fixes, that its pre-flight
+    (`judged`, else read from output_dir's preflight.json) found."""
+    path = Path(output_dir) / PREFLIGHT
+    judged = judged if judged is not None else read_json(path) or {}
+    print(f"The first attempt's pre-flight ({path}) refused this run (a changed setup is judged again with "
+          "--overwrite):", flush=True)
+    for problem in judged.get("problems") or []:
+        print(Problem(**problem), flush=True)
 
 
 def run_metrics(adapter: str | Path) -> dict:

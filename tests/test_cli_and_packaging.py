@@ -108,10 +108,14 @@ def tiny_train(tiny_model_dir, out, path, *extra):
 
 
 @pytest.mark.heavy
-def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, capsys):
+def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, capsys, monkeypatch):
     """A random model never says 'cold': the pre-flight sees no spread, and nothing is trained. Its samples are noise
     that seldom ends, so the cause named first is reward_collapse or truncation, by how often the noise happens to
-    end (the bf16 and fp32 CPU paths sample it differently)."""
+    end (the bf16 and fp32 CPU paths sample it differently). A resume is no way round it: refused again before the
+    model loads (on the command line) or before a step trains (`pipeline.run`, the notebook's), unless forced."""
+    import rloo_kit.models
+    from rloo_kit.pipeline import Run
+    from rloo_kit.tasks import plan_run
     out = tmp_path / "run"
     assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path))) == 3
     captured = capsys.readouterr()
@@ -121,11 +125,20 @@ def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, ca
     assert m["preflight"]["problems"][0] in ("reward_collapse", "truncation") and not m["preflight"]["ok"]
     assert m["preflight"]["problems"][0] in captured.err and not (out / "adapter").exists()
 
-    assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume")) == 3  # no way round it
+    load_model = rloo_kit.models.load_model
+    with monkeypatch.context() as patched:
+        patched.setattr(rloo_kit.models, "load_model", lambda *a, **k: pytest.fail("a refused run loaded its model"))
+        assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume")) == 3
     captured = capsys.readouterr()
     assert "first attempt's pre-flight" in captured.out and "--overwrite" in captured.out and "Fix:" in captured.out
     assert "--force" in captured.err
     assert not json.loads((out / "metrics.json").read_text())["trained"] and not (out / "adapter").exists()
+    model, tok = load_model(str(tiny_model_dir), preset="cpu")
+    resumed = Run(plan_run(str(tiny_model_dir), "file", "cpu"), rloo_kit.load_task(
+        "file", path=opposites_file(tmp_path), prompt_column="question", answer_column="reply", n_test=4), model, tok,
+        output_dir=out)
+    resumed.refit()
+    assert resumed.cannot_learn() and not resumed.cannot_learn(force=True)
     assert main(tiny_train(tiny_model_dir, out, opposites_file(tmp_path), "--resume", "--force")) == 0
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2 and (out / "adapter").is_dir()
 
