@@ -295,6 +295,19 @@ def test_flat_noisy_samples_that_colder_draws_left_as_flat_are_a_collapse_and_no
     assert "raise temperature 1 -> 1.3" in d.fix
 
 
+def test_flat_groups_of_samples_that_are_one_answer_are_not_noise_whatever_validation_says():
+    """A held-back true-or-false file: every group flat, entropy 0.08 a token (each training prompt answered one way,
+    some right, some wrong), validation 0.75 against a training reward of 0.42. The samples are the greedy answers;
+    the gap is the rows'. Told to sample colder, it is told to sample warmer."""
+    one_way = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.42, reward_std=lambda i: 0.0,
+                      entropy=lambda i: 0.08, **{"validation/accuracy": lambda i: 0.75 if i % 5 == 1 else None})
+    (d,) = HealthMonitor().diagnose(one_way)
+    assert d.kind == "reward_collapse" and "raise temperature 1 -> 1.3" in d.fix and "lower temperature" not in d.fix
+    noisy = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.42, reward_std=lambda i: 0.0,
+                    entropy=lambda i: 1.2, **{"validation/accuracy": lambda i: 0.75 if i % 5 == 1 else None})
+    assert kinds(noisy) == ["sampling_noise"]
+
+
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():
     # TRL's share moves with beta x KL once the policy has left the reference; the kit's does not
     hist = history(frac_reward_zero_std=lambda i: 0.1, frac_task_reward_zero_std=lambda i: 1.0,

@@ -54,6 +54,27 @@ def test_a_small_file_holds_out_a_fifth_by_default(tmp_path, rows, held_out):
     assert (len(task.train), len(task.test)) == (rows - held_out, held_out)
 
 
+def test_a_label_file_holds_out_each_label_in_its_share_of_the_rows(tmp_path):
+    """A true-or-false file (40 of each in 80 rows) held out 12 'false' of 16 drawn from all rows at once: a change of
+    favourite label then reads as a gain or a loss. Each label is held out in its share, test and validation alike;
+    three labels of 30, 30 and 20 rows give 6, 6 and 4 of 16."""
+    rows = [{"q": f"Is {i} + 1 = {i + 1 + i % 2}?", "a": ["true", "false"][i % 2]} for i in range(80)]
+    task = rloo_kit.load_task("file", path=write_jsonl(tmp_path / "tf.jsonl", rows), prompt_column="q",
+                              answer_column="a")
+    assert sorted(task.test["answer"]) == ["false"] * 8 + ["true"] * 8
+    carved = task.carve_validation(seed=0)
+    assert sorted(carved.validation["answer"]) == ["false"] * 6 + ["true"] * 6
+    assert len(carved.train) == 52 and sorted(set(carved.train["answer"])) == ["false", "true"]
+    assert not {p[-1]["content"] for p in task.test["prompt"]} & {p[-1]["content"] for p in task.train["prompt"]}
+    again = rloo_kit.load_task("file", path=write_jsonl(tmp_path / "tf.jsonl", rows), prompt_column="q",
+                               answer_column="a")
+    assert again.test["prompt"] == task.test["prompt"]  # the seed's draw, every time
+    three = [{"q": f"Which {i}?", "a": "red" if i < 30 else "blue" if i < 60 else "green"} for i in range(80)]
+    task = rloo_kit.load_task("file", path=write_jsonl(tmp_path / "rgb.jsonl", three), prompt_column="q",
+                              answer_column="a")
+    assert sorted(task.test["answer"]) == ["blue"] * 6 + ["green"] * 4 + ["red"] * 6
+
+
 @pytest.mark.parametrize("content,n_test,match", [
     ("", 50, "is empty"),
     ('{"prompt": "a", "answer": "1"}\n' * 10, 50, r"10 row\(s\).*--n-test"),
