@@ -224,7 +224,8 @@ def _greedy_against_samples(history: list[dict], t: Thresholds, answer_reward: s
     draw measured to leave the prompts as flat, and samples not nearly one answer (entropy over `alike_entropy`):
     such samples are the greedy answers, and a gap between the validation rows and the training reward is the rows'
     own. A held-back true-or-false file, 100% of its groups flat at entropy 0.08 a token, validation 0.75 against a
-    training reward of 0.42, was told to sample colder."""
+    training reward of 0.42, was told to sample colder; and again where the latest validation pass was 'false' to
+    most rows (`HABIT_KEY`): right on the half of the rows that answer fits, which says nothing of noise."""
     mean_key = _answer_keys(history, answer_reward)[0]
     validation = [h for h in history if h.get(VALIDATION_KEY) is not None]
     sampled = _series(history[-t.patience:], mean_key)
@@ -233,7 +234,10 @@ def _greedy_against_samples(history: list[dict], t: Thresholds, answer_reward: s
         greedy, right = validation[-1][VALIDATION_KEY], statistics.fmean(sampled)
         found.update(greedy_right=round(greedy, 3), samples_right=round(right, 3),
                      measured=f"validation at step {validation[-1]['step']}")
-        noise = greedy >= right + t.noise_gap
+        habit = validation[-1].get(HABIT_KEY)  # its accuracy is the rows its one answer fits, not what it knows
+        if habit:
+            found["greedy_habit"] = habit
+        noise = greedy >= right + t.noise_gap and not habit
     elif sampling is not None:
         found.update(greedy_right=round(sampling.greedy_right, 3), samples_right=round(sampling.samples_right, 3),
                      measured="pre-flight")
@@ -552,6 +556,10 @@ def _collapse_advice(ev: dict, g: int, temp: float, t: Thresholds) -> tuple[str,
         drawn = ", ".join(f"{flat:.0%} at {colder}" for colder, flat in ev["colder_flat"].items())
         sampling = (f"a colder draw does not help here (the pre-flight measured the prompts left without spread: "
                     f"{drawn}); raise num_generations")
+    elif "greedy_habit" in ev:
+        sampling = (f"a colder draw is not likely to help here (greedy answers right on {ev['greedy_right']:.0%}, "
+                    f"{ev['measured']}, where {ev['greedy_habit']}: the rows that answer fits, not what the model "
+                    "knows); raise num_generations")
     elif "greedy_right" in ev:
         sampling = (f"a colder draw is not likely to help here (greedy answers right on {ev['greedy_right']:.0%}, "
                     f"{ev['measured']}, samples on {ev['samples_right']:.0%}: fewer than {t.noise_gap:.0%} of the "

@@ -298,7 +298,8 @@ def test_flat_noisy_samples_that_colder_draws_left_as_flat_are_a_collapse_and_no
 def test_flat_groups_of_samples_that_are_one_answer_are_not_noise_whatever_validation_says():
     """A held-back true-or-false file: every group flat, entropy 0.08 a token (each training prompt answered one way,
     some right, some wrong), validation 0.75 against a training reward of 0.42. The samples are the greedy answers;
-    the gap is the rows'. Told to sample colder, it is told to sample warmer."""
+    the gap is the rows'. Told to sample colder, it is told to sample warmer. Nor is a validation pass whose replies
+    ignore the row a measure of noise: its accuracy is the share of rows its favourite answer fits."""
     one_way = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.42, reward_std=lambda i: 0.0,
                       entropy=lambda i: 0.08, **{"validation/accuracy": lambda i: 0.75 if i % 5 == 1 else None})
     (d,) = HealthMonitor().diagnose(one_way)
@@ -306,6 +307,14 @@ def test_flat_groups_of_samples_that_are_one_answer_are_not_noise_whatever_valid
     noisy = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.42, reward_std=lambda i: 0.0,
                     entropy=lambda i: 1.2, **{"validation/accuracy": lambda i: 0.75 if i % 5 == 1 else None})
     assert kinds(noisy) == ["sampling_noise"]
+    # the latest pass said 'false' to most rows: right on the half it fits, no measure of what the samples miss
+    habit = history(frac_reward_zero_std=lambda i: 1.0, reward=lambda i: 0.25, reward_std=lambda i: 0.0,
+                    entropy=lambda i: 0.27, **{"validation/accuracy": lambda i: 0.5 if i % 5 == 1 else None,
+                                               "validation/habit": lambda i: "most replies 'false' whatever the row"
+                                               if i % 5 == 1 else None})
+    (d,) = [d for d in HealthMonitor().diagnose(habit) if d.kind in ("sampling_noise", "reward_collapse")]
+    assert d.kind == "reward_collapse" and "lower temperature" not in d.fix
+    assert "where most replies 'false' whatever the row: the rows that answer fits" in d.fix
 
 
 def test_reward_collapse_is_read_from_the_rewards_before_the_kl_penalty():
