@@ -288,8 +288,7 @@ def cmd_train(args) -> int:
     earlier = recorded_report(out) if args.resume and not args.force else None
     if earlier is not None and (refused := earlier.refusal()):  # before the model loads: minutes for a large one
         print_first_refusal(out)
-        print(f"{refused} metrics: {out / 'metrics.json'}", file=sys.stderr)
-        return 3
+        return _refused(refused, out)
     model, tok = _load(args, plan, task)
     overrides = _overrides(args)
     if args.vllm:  # TRL's vLLM generation: "colocate" on each training GPU, "server" via `trl vllm-serve`
@@ -314,13 +313,19 @@ def cmd_train(args) -> int:
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
                  force=args.force, seed=seed, warm_up=args.tool_warm_start if args.tools else 0, **overrides)
     if refused := report.refusal():
-        print(f"{refused} metrics: {out / 'metrics.json'}", file=sys.stderr)
-        return 3
+        return _refused(refused, out)
     for d in report.diagnoses:
         print(f"health monitor: {d}")
     print("\n".join(report.lines()))
     print(f"adapter: {report.adapter}; metrics: {out / 'metrics.json'}")
     return 0
+
+
+def _refused(refusal: str, out: Path) -> int:
+    """A run the pre-flight refused (`RunReport.refusal`, this attempt's or a resumed run's first): why, on stderr,
+    and exit status 3."""
+    print(f"{refusal} metrics: {out / 'metrics.json'}", file=sys.stderr)
+    return 3
 
 
 def _with_reward_model(task, args):

@@ -159,9 +159,7 @@ class EvalReport:
         rows = [r for r in self.completions if "predicted" in r]
         if not rows:
             return None
-        golds = [accepted_answers(r["answer"]) for r in rows]
-        match = [[p is not None and any(answers_match(p, g) for g in accepted) for accepted in golds]
-                 for p in (r["predicted"] for r in rows)]
+        match = [[_fits(reply["predicted"], row) for row in rows] for reply in rows]
         right, order, rng = sum(bool(r.get("correct")) for r in rows), list(range(len(rows))), random.Random(seed)
         as_right = 0
         for _ in range(deals):
@@ -193,7 +191,12 @@ class EvalReport:
 
 def _right_for(answer: str, rows: list[dict]) -> int:
     """The rows `answer` is right for, by their accepted answers."""
-    return sum(any(answers_match(answer, g) for g in accepted_answers(r["answer"])) for r in rows)
+    return sum(_fits(answer, r) for r in rows)
+
+
+def _fits(answer: str | None, row: dict) -> bool:
+    """Whether `answer` is right for `row`, by its accepted answers (None, a reply that gives none, never is)."""
+    return answer is not None and any(answers_match(answer, g) for g in accepted_answers(row["answer"]))
 
 
 def _place(answers: list[str], choices: Sequence[str]) -> int | None:
