@@ -20,7 +20,7 @@ from rloo_kit.rewards import (
     safe,
     tag_format,
 )
-from rloo_kit.rewards.answers import numbers_in_words, stands_alone
+from rloo_kit.rewards.answers import list_items, numbers_in_words, parse_number, stands_alone
 
 from .conftest import SHARED_GSM8K
 
@@ -176,6 +176,51 @@ def test_text_answers_exact_and_normalized():
     assert is_correct("cold", ["warm", "cold"], match="exact")
     with pytest.raises(ValueError, match="final"):
         is_correct("x", "x", match="fuzzy")
+
+
+def test_an_answer_whose_case_is_part_of_it_is_matched_in_its_case():
+    """A file of words to write in capitals had 'apple' (the question's own word, echoed) scored right for 'APPLE'."""
+    caps = "Write apple in capital letters."
+    assert is_correct("APPLE", "APPLE", prompt=caps) and is_correct("In capitals it is APPLE.", "APPLE", prompt=caps)
+    assert not is_correct("apple", "APPLE", prompt=caps) and not is_correct("It is Apple.", "APPLE", prompt=caps)
+    assert not is_correct("apple", "APPLE", "exact", prompt=caps)
+    assert is_correct("APPLE.", "APPLE", "exact", prompt=caps)
+    lower = "Write HELLO in lower case."
+    assert is_correct("hello", "hello", prompt=lower) and not is_correct("HELLO", "hello", prompt=lower)
+    assert correct_answer([caps, lower], ["apple", "hello"], answer=["APPLE", "hello"]) == [0.0, 1.0]
+    assert exact_answer([caps, caps], ["apple", "APPLE"], answer=["APPLE", "APPLE"]) == [0.0, 1.0]
+    # case aside, as before: a capital the question or the reply puts first, and any case of a label
+    assert is_correct("PARIS!", "Paris") and is_correct("Positive.", "positive", prompt="Positive or negative?")
+    assert is_correct("It is positive.", "POSITIVE", labels=["POSITIVE", "NEGATIVE"])
+    assert is_correct("At 3:30 pm.", "3:30 PM", prompt="When?") and is_correct("the usa", "USA")  # no case asked
+    assert is_correct("The Sun is.", "the sun", prompt="Which is a star: The Sun or the Moon?")
+
+
+def test_a_list_answer_is_its_items_in_order_and_no_more():
+    """Matched as text, '1, 3, 5, 9' was right for '3, 5, 9' (the gold is inside it) and '3, 5 and 9' wrong (the
+    gold's commas are not)."""
+    asked = "Sort from smallest to largest: 9, 3, 5."
+    for reply in ("3, 5, 9", "3, 5 and 9.", "They are 3, 5, and 9.", "3,5,9", "[3, 5, 9]", "9, 3, 5 sorted: 3, 5, 9."):
+        assert is_correct(reply, "3, 5, 9", prompt=asked), reply
+    for reply in ("1, 3, 5, 9", "3, 5, 9, 12", "9, 3, 5", "3, 5 or 9", "5, 9"):
+        assert not is_correct(reply, "3, 5, 9", prompt=asked), reply
+    fruit = "apple, fig, pear"
+    assert is_correct("Apple, fig and pear.", fruit) and not is_correct("apple, fig, pear, kiwi", fruit)
+    assert is_correct("3, 5 and 9", "3, 5, 9", match="exact") and not is_correct("So 3, 5, 9", "3, 5, 9", match="exact")
+    assert is_correct("It costs 1,000.", "1,000") and list_items("1,000") is None  # a number, not a list
+    assert is_correct("3, 5 and 9.", "3,5,9") and parse_number("3,5,9") is None  # a list, not 359
+
+
+def test_a_number_with_its_unit_is_the_number_in_that_unit_however_written():
+    """Matched as text, '5km', '5' and 'It is 5 kilometres.' were wrong for '5 km'."""
+    asked = "How many kilometres is 5000 metres?"
+    for reply in ("5 km", "5km", "5", "It is 5 kilometres.", "5000 metres is 5 km.", "It is five km."):
+        assert is_correct(reply, "5 km", prompt=asked), reply
+    for reply in ("6 km", "It is 5 m.", "15 km", "It is 5 km and 20 m.", "5 kg"):
+        assert not is_correct(reply, "5 km", prompt=asked), reply
+    assert is_correct("There are twelve apples.", "12 apples") and not is_correct("3:30 pm", "3 pm")
+    assert is_correct("So 9 + 6 = 15 stickers.\n#### 15\nThe answer is: 15", "15 stickers")  # the final one
+    assert is_correct("10 minutes", "10 min") and not is_correct("It is 4 June.", "4 July")
 
 
 def test_british_and_american_spellings_of_an_answer_are_one_answer():

@@ -1,8 +1,9 @@
 """How a reply is matched against its gold answer: the one rule that rewards, the pre-flight and evaluation share.
 
 A number is matched on the reply's final answer (an explicit "answer: ..." or "#### ..." first, else the last
-number), numerically; a word or phrase on the reply's last sentence, case and punctuation aside; a
-classification label on the one label the reply names. `is_correct` is the rule; the rest are its parts.
+number), numerically; a word or phrase on the reply's last sentence, punctuation aside, and case aside unless it
+is part of the answer ('APPLE'); a classification label on the one label the reply names. `is_correct` is the
+rule; the rest are its parts.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ def completion_text(completion) -> str:
     return "".join(str(m.get("content", "")) for m in completion)
 
 def parse_number(text: str | None) -> float | None:
-    """'1,234' / '$18.00' / '45%' / '-3' / '−3' -> float; None when it is not a number."""
+    """'1,234' / '$18.00' / '45%' / '-3' / '−3' -> float; None when it is not a number, as '3,5,9' (a list) and
+    '12,5' are not: commas only between groups of three digits."""
     if text is None:
         return None
-    cleaned = text.strip().replace("−", "-").replace(",", "").replace("$", "").replace("%", "").rstrip(".")
+    text = text.strip().replace("−", "-")
+    if "," in text and not re.fullmatch(NUMBER, text.rstrip(".")):
+        return None
+    cleaned = text.replace(",", "").replace("$", "").replace("%", "").rstrip(".")
     try:
         return float(cleaned)
     except ValueError:
@@ -166,7 +171,7 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
         pick = picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
         return pick is not None and any(answers_match(pick, g) for g in accepted)
     asked = completion_text(prompt) if prompt is not None and not labels else ""
-    if not any(_matches(text, g, match, asked) for g in accepted):
+    if not any(_matches(text, g, match, asked, cased=not labels) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
     return match == "exact" or not any(_matches(text, lab, match) for lab in others)
@@ -176,16 +181,16 @@ def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None
     """Whether a reply scored wrong (`is_correct`, match="final") names its right text answer in a sentence before its
     last one, that sentence alone scored right: an answer given first and then gone on from. *The chemical symbol of
     gold is Au. It is a metal that is used to make coins.* is scored on its last sentence, so wrong; a run learns to
-    end on the answer, and a held-out gain then counts that as well as what the model learned to know. Numbers are
-    left out (an intermediate result is often the answer's value), as are rows with labels or choices (a hedge
-    names two) and sentences that ask (*Is it Au? No, it is Ag.* retracts its guess). `gold`: a string or a list of
-    accepted ones.
+    end on the answer, and a held-out gain then counts that as well as what the model learned to know. Numbers,
+    with a unit or not, are left out (an intermediate result is often the answer's value), as are rows with labels
+    or choices (a hedge names two) and sentences that ask (*Is it Au? No, it is Ag.* retracts its guess). `gold`: a
+    string or a list of accepted ones.
 
     >>> answered_earlier("The symbol of gold is Au. It is a metal.", "Au")
     True
     """
     accepted = accepted_answers(gold)
-    if (labels or choices or any(parse_number(g) is not None for g in accepted)
+    if (labels or choices or any(parse_number(g) is not None or _MEASURE.fullmatch(g.strip()) for g in accepted)
             or is_correct(completion, gold, prompt=prompt)):
         return False
     said = [s for s in sentences(completion_text(completion)) if normalize_text(s)]
@@ -517,20 +522,116 @@ def _words(text: str) -> list[str]:
 def _found(words: list[str], phrases: list[list[str]]) -> list[int]:
     return [i for i in range(len(words)) if any(words[i:i + len(p)] == p for p in phrases)]
 
-def _matches(text: str, gold: str, match: str, question: str = "") -> bool:
+def _matches(text: str, gold: str, match: str, question: str = "", cased: bool = False) -> bool:
     """`is_correct`'s rule for one accepted answer; with match="final", a text answer the reply names only in
-    restating `question` (`restates`) is not matched."""
+    restating `question` (`restates`) is not matched; with `cased`, an answer whose case is part of it
+    (`keeps_case`) is matched in its own case."""
     numeric = parse_number(gold) is not None
+    in_case = cased and not numeric and keeps_case(gold, question)
     if match == "exact":
         reply = text.strip().rstrip(".").strip()
         if numeric:
             return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold)
-        return answers_match(reply, gold)
+        items = list_items(gold)
+        same = names_list(reply, items, whole=True) if items else answers_match(reply, gold)
+        return same and (not in_case or _names_in_case(reply, gold))
     if numeric:
         return answers_match(extract_answer(text, question), gold)
-    wanted, span = normalize_text(gold), _answer_span(text)
-    return (bool(wanted) and mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
-            and not restates(span, gold, question) and not echoes_quote(span, gold, question))
+    measure = _MEASURE.fullmatch(gold.strip().rstrip("."))
+    if measure:  # '5 km': the reply's final number, in the gold's unit where it names one ('5 kilometres', '5')
+        return _in_unit(text, question, *measure.groups())
+    wanted, span, items = normalize_text(gold), _answer_span(text), list_items(gold)
+    named = names_list(span, items) if items else mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
+    return (bool(wanted) and named
+            and not restates(span, gold, question) and not echoes_quote(span, gold, question)
+            and (not in_case or _names_in_case(span, gold)))
+
+
+# a number and its unit, a word or two of letters: '5 km', '3 hours', '12 apples', '20 square metres'
+_MEASURE = re.compile(rf"({NUMBER})\s*([^\W\d_]+(?:\s+[^\W\d_]+)?)")
+
+
+def _in_unit(text: str, question: str, number: str, unit: str) -> bool:
+    """Whether a reply's final number (`extract_answer`) is `number`, and the word right after it, where there is
+    one, is `unit` written some way: the same first letter, and the shorter's letters in order in the longer
+    ('kilometres' or 'km' for 'km', 'min' for 'minutes'; not 'm' for 'km', nor 'June' for '4 July'). Matched as
+    text, '5km', '5' and 'It is 5 kilometres.' were wrong for '5 km'."""
+    said = extract_answer(text, question)
+    if not answers_match(said, number):
+        return False
+    written = list(re.finditer(rf"(?<![\d.,]){re.escape(said)}(?![\d,])", text))  # none where said in words
+    word = re.match(r"[ \t]*([^\W\d_]+)", text[written[-1].end():]) if written else None
+    if word is None:
+        return True
+    short, long = sorted((word.group(1).lower(), unit.split()[0].lower()), key=len)
+    rest = iter(long[1:])
+    return short[0] == long[0] and all(letter in rest for letter in short[1:])
+
+
+# what separates the items of a list as a reply writes it: commas, 'and', ', and', semicolons
+_LIST_SEPARATOR = re.compile(r"\s*[,;]\s*(?:and\s+)?|\s+and\s+", re.I)
+
+
+def list_items(gold: str) -> list[str] | None:
+    """The items of an answer that is a list ('3, 5, 9'; 'apple, fig and pear'), normalized; None for one answer
+    (a number written with thousands separators, '1,000', is one).
+
+    >>> list_items("3, 5, 9"), list_items("apple, fig and pear"), list_items("1,000"), list_items("cold")
+    (['3', '5', '9'], ['apple', 'fig', 'pear'], None, None)
+    """
+    if re.fullmatch(NUMBER, gold.strip()):
+        return None
+    items = [normalize_text(item) for item in _LIST_SEPARATOR.split(gold.strip().rstrip("."))]
+    return items if len(items) >= 2 and all(items) else None
+
+
+def names_list(span: str, items: list[str], whole: bool = False) -> bool:
+    """Whether `span` writes the list `items` in their order and nothing more: its pieces between separators
+    (`_LIST_SEPARATOR`) hold the items one to one, the first piece ending on the first item and the last starting
+    with the last (words may lead in: 'In order: 3'), and no piece of the same list runs on before or after.
+    Matched as text, '1, 3, 5, 9' was right for '3, 5, 9' (the gold is inside it), and '3, 5 and 9' wrong.
+    `whole`: the span is the list alone.
+
+    >>> names_list("They are 3, 5 and 9.", ["3", "5", "9"]), names_list("3, 5, 9, 12", ["3", "5", "9"])
+    (True, False)
+    """
+    pieces = [normalize_text(piece).split() for piece in _LIST_SEPARATOR.split(span.strip())]
+    wanted = [item.split() for item in items]
+    n = len(wanted)
+
+    def same(said: list[str], item: list[str]) -> bool:
+        return bool(said) and answers_match(" ".join(said), " ".join(item))
+
+    for start in range(len(pieces) - n + 1):
+        first, *middle, last = pieces[start:start + n]
+        lead, tail = first[:len(first) - len(wanted[0])], last[len(wanted[-1]):]
+        if (same(first[len(lead):], wanted[0]) and same(last[:len(wanted[-1])], wanted[-1])
+                and all(same(p, w) for p, w in zip(middle, wanted[1:-1], strict=True))
+                and (start == 0 or lead) and (start + n == len(pieces) or tail)
+                and not (whole and (lead or tail or len(pieces) > n))):
+            return True
+    return False
+
+
+def keeps_case(gold: str, question: str = "") -> bool:
+    """Whether a text answer's case is part of the answer: where the question writes its words in another case,
+    beyond a word's first letter ('APPLE' for 'Write apple in capitals.', 'hello' for 'Write HELLO in lower case.').
+    Other answers are matched case aside: 'Paris' is 'paris', '3:30 PM' is '3:30 pm', and 'Positive or negative?'
+    asks for 'positive', 'the Sun or the Moon?' for 'the sun'. On a file of words to write in capitals, matched
+    case aside, the base model's echoes of its question ('Eagle:' for 'EAGLE') were right on 7 of 15 held-out prompts.
+
+    >>> keeps_case("APPLE", "Write apple in capitals."), keeps_case("hello", "Write HELLO in lower case.")
+    (True, True)
+    >>> keeps_case("PM", "Is 3:30 in the morning AM or PM?"), keeps_case("USA")
+    (False, False)
+    """
+    return any(a[1:] != b[1:] for found in re.findall(rf"(?<!\w){re.escape(gold)}(?!\w)", question, re.I)
+               for a, b in zip(found.split(), gold.split(), strict=False))
+
+
+def _names_in_case(span: str, gold: str) -> bool:
+    """Whether `span` writes `gold` as a whole, in the gold's own case (spaces aside)."""
+    return re.search(rf"(?<!\w){re.escape(' '.join(gold.split()))}(?!\w)", " ".join(span.split())) is not None
 
 def _answer_span(text: str) -> str:
     """Where a text answer is looked for, as written: the explicit answer if the reply marks one, else its last

@@ -34,14 +34,15 @@ def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> 
             for p, c, a, ls, cs in zip(prompts, completions, answer, labels, choices, strict=True)]
 
 def exact_answer(prompts: list, completions: list, answer: list, **kwargs) -> list[float]:
-    """1.0 when the whole reply is the answer and nothing else (case, whitespace, surrounding
-    punctuation and a leading article ignored; numbers compared numerically): for tasks that ask
-    for "just the answer".
+    """1.0 when the whole reply is the answer and nothing else (whitespace, surrounding punctuation, a leading article
+    and case ignored, case only where the prompt asks for it, `answers.keeps_case`; numbers compared numerically):
+    for tasks that ask for "just the answer".
 
     >>> exact_answer(["q", "q"], ["7.", "It is 7."], answer=["7", "7"])
     [1.0, 0.0]
     """
-    return [float(is_correct(c, a, match="exact")) for c, a in zip(completions, answer, strict=True)]
+    return [float(is_correct(c, a, match="exact", prompt=p))
+            for p, c, a in zip(prompts, completions, answer, strict=True)]
 
 def tag_format(tags: Sequence[str] = ("think", "answer")) -> RewardFunc:
     """A reward for using the tags, in order: the fraction of `<tag>...</tag>` pairs present."""
