@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 from .diagnostics import ANSWER_SPREAD_KEY, HABIT_KEY, SPREAD_KEY, VALIDATION_KEY, Thresholds
 from .distributed import agreed, is_main_process
-from .evaluation import ordinal
+from .evaluation import CHANCE_SHARE, ordinal
 
 log = logging.getLogger("rloo_kit")
 
@@ -45,10 +45,6 @@ MAX_VALIDATION = 32  # validation rows at most: each measurement is one greedy p
 HABIT_ROWS = 5  # validation replies enough to tell one answer given whatever the row (of a file's 6-32)
 # a curve point's marks of replies that ignore the row (Validation.marks)
 HABIT_MARKS = ("one_answer", "one_place", "chance")
-# random deals of a pass's replies that are right on as many rows, in this share or more: its lead over chance is luck.
-# A held-back four-letter multiple-choice file's step 67 gave only 'B' and 'D' whatever the row, right on 4 of 12
-# validation rows (chance 3.5, as often in half the deals), and was kept over step 0: held out 0.31 -> 0.19
-CHANCE_SHARE = 0.4
 # solved (`TimeBudget.stops_solved`): the latest steps over which nine groups in ten (the health monitor's share)
 # were flat. A held-back first-letter file was right on all 12 validation rows from step 7 and flat from step 16 (the
 # monitor's `converged`; after it, one step in five or six had a group of its four with a wrong sample), and spent

@@ -34,7 +34,16 @@ from datasets import Dataset
 from .data import validate_dataset
 from .diagnostics import SamplingMeasured
 from .errors import ConfigError, RewardError
-from .evaluation import Resumable, eos_token_ids, finish_with_tools, generate_ids, progress_lines, resume_ids
+from .evaluation import (
+    CHANCE_SHARE,
+    EvalReport,
+    Resumable,
+    eos_token_ids,
+    finish_with_tools,
+    generate_ids,
+    progress_lines,
+    resume_ids,
+)
 from .presets import Preset, make_config, resolve_preset
 from .rewards import (
     RewardFunc,
@@ -92,7 +101,7 @@ _log = logging.getLogger("rloo_kit")
 class Problem:
     """One reason a run may not learn, in the health monitor's vocabulary."""
 
-    kind: str  # reward_collapse, sampling_noise, truncation, solved, unscored, tool_unused
+    kind: str  # reward_collapse, sampling_noise, truncation, solved, unscored, tool_unused, answer_habit
     message: str
     fix: str
     blocking: bool  # True: training as set up cannot learn; False: it can, worse than it could
@@ -204,6 +213,7 @@ class PreflightReport:
     brevity_max_chars: int | None = None  # the brevity reward `proposed` adds (None: none)
     widened_from: int | None = None  # the first probe length, when its samples were mostly cut and it was widened
     greedy_pass_rate: float | None = None  # share of the probed prompts whose greedy answer is right (None: not needed)
+    greedy_habit: dict | None = None  # where those greedy answers give one answer whatever the row (`_greedy_habit`)
     colder: list[Setup] = field(default_factory=list)  # the setups probed at lower temperatures, coldest last
     held_against: Setup | None = field(default=None, repr=False)  # the setup whose samples the greedy answers faced
     lengths: list[int] = field(default_factory=list, repr=False)  # tokens of each sample up to probe_length
@@ -519,15 +529,17 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     if not wrong or base.flat_fraction < enough or base.cut_without_spread >= 0.5:
         return  # spread enough, a task without answers, flat because solved, or cut
     greedy = sample.greedy(base.max_completion_length)
-    right = judge.correct(judge.decode(seq for (seq,) in greedy), samples=1)
+    texts = judge.decode(seq for (seq,) in greedy)
+    right = judge.correct(texts, samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
+    report.greedy_habit = _greedy_habit(judge.picked, texts, judge.match)
     base.prompts = [dataclasses.replace(p, greedy_right=bool(ok)) for p, ok in zip(base.prompts, right, strict=True)]
     if base.unpaid:  # the greedy answers' right ones say whether a colder draw can be paid
         base.unpaid = not judge.pays(greedy, right, base.max_completion_length, *rewards)
         if base.unpaid:
             return  # right answers, sampled or greedy, get no more reward than wrong ones: no draw gives spread
     if not _greedy_beats(report, base):
-        return  # wrong greedily as well: no temperature makes the model know the answers
+        return  # wrong greedily as well, or right only where its one answer fits: no temperature makes it know them
     for t in (t for t in COLDER if t < base.temperature):
         colder = judge.again(sample.at(t, base.max_completion_length), t)(base.max_completion_length, *rewards)
         report.colder.append(colder)
@@ -768,6 +780,8 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
     """The problems one setup's numbers predict, each with its cause named and its fix in this run's own
     numbers; a fix never proposes what the setup already uses."""
     problems = _unscored(setup)
+    if report.greedy_habit is not None:
+        problems.append(_habit_warning(report))
     if report.tools is not None and report.tools["call_rate"] < TOOL_UNUSED_SHARE:
         problems.append(_tool_unused(report, setup))
     names = {r.name for r in setup.rewards}
@@ -949,9 +963,57 @@ def greedy_beats_samples(greedy_pass_rate: float, prompts: int, sample_pass_rate
 
 
 def _greedy_beats(report: PreflightReport, setup: Setup) -> bool:
-    """`greedy_beats_samples` for `setup`, over the prompts the greedy answers were asked for."""
+    """`greedy_beats_samples` for `setup`, over the prompts the greedy answers were asked for; never where those
+    answers are a habit (`_greedy_habit`), as their accuracy is then the rows one answer fits."""
+    if report.greedy_habit is not None:
+        return False
     prompts = len((report.held_against or setup).prompts)
     return greedy_beats_samples(report.greedy_pass_rate, prompts, setup.pass_rate, prompts * report.num_generations)
+
+
+def _greedy_habit(picked: Dataset, texts: list[str], match: str) -> dict | None:
+    """Where the greedy answers to the probed prompts ignore the row, so that their accuracy is the share of rows
+    their answers fit and says nothing of what the model knows, nor that its samples are noisier than its best
+    answer: one answer to most rows while it is right for far fewer (`EvalReport.one_answer`: the answer, how many
+    give it, for how many it is right), or answers that, dealt to the rows at random, are right on as many
+    CHANCE_SHARE of the time or more (`EvalReport.chance_share`: how many are right, on how many by chance on
+    average, and that share). A parity file's greedy answers said 'even' to 26 of 32 numbers, 22 of them even: right
+    on 19, where random deals of them are as right 47% of the time. Taken for knowledge against 12% of samples
+    right, they had the kit train colder, and the run learned nothing (0.56 -> 0.56)."""
+    if "answer" not in picked.column_names:
+        return None
+    rules = row_rules(picked)
+    rows = [{"completion": text, "answer": answer, "choices": rule.get("choices"),
+             "predicted": predicted_answer(text, match=match, prompt=prompt, **rule),
+             "correct": is_correct(text, answer, match, prompt=prompt, **rule)}
+            for text, answer, prompt, rule in zip(texts, picked["answer"], picked["prompt"], rules, strict=True)]
+    replies = EvalReport(None, {}, {}, 0.0, 0.0, 1, rows)
+    right = sum(r["correct"] for r in rows)
+    share = replies.chance_share() if right else None  # none right: as luck does, and no evidence of anything
+    habit = replies.one_answer()
+    if habit is not None or share is None or share < CHANCE_SHARE:
+        return habit
+    return {"replies": len(rows), "right": right, "chance_right": replies.chance_right(), "chance_share": share}
+
+
+def _habit_warning(report: PreflightReport) -> Problem:
+    """The greedy answers ignore the row: a warning, as the samples may still find the rule."""
+    habit, greedy = report.greedy_habit, report.greedy_pass_rate
+    if "answer" in habit:
+        how = (f"answers '{habit['answer']}' to {habit['given']} of the {habit['replies']} probed prompts whatever "
+               f"the question, right on the {habit['right']} it fits ({greedy:.0%} right in all)")
+    else:
+        how = (f"answers right on {habit['right']} of the {habit['replies']} probed prompts ({greedy:.0%}), and the "
+               f"same answers dealt to those prompts at random are right on as many {habit['chance_share']:.0%} of "
+               f"the time ({habit['chance_right']:.1f} on average)")
+    return Problem(
+        "answer_habit", f"Greedy, the model {how}: the rows' share of its answers, not "
+        "knowledge. RLOO from such a start often moves the habit from one answer to another rather than learning the "
+        "rule (a true-or-false file: 0.38 -> 0.38 held out; a multiple-choice file: 0.31 -> 0.25; parity: 0.56 -> "
+        "0.56).",
+        "train with --minutes (or a validation split), which never keeps a step whose replies ignore the row; check "
+        "that the rows' answers are evenly spread (a habit earns its answer's share of the rows); or try a bigger "
+        "model.", blocking=False)
 
 
 def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:

@@ -20,6 +20,7 @@ from rloo_kit.preflight_check import (
     RewardStats,
     Setup,
     _fit_sampling,
+    _greedy_habit,
     _suggest,
     _totals,
     _unpaid,
@@ -164,8 +165,11 @@ class _Draws:
     """The sampler and judge `_fit_sampling` asks, for 16 prompts: greedy answers right on the first `greedy_right`,
     and a colder draw at each temperature of `flat_at` with that share of its prompts flat. `drawn`: what it drew."""
 
-    def __init__(self, greedy_right: int, flat_at: dict[float, float]):
+    match = "final"
+
+    def __init__(self, greedy_right: int, flat_at: dict[float, float], picked: Dataset | None = None):
         self.greedy_right, self.flat_at, self.drawn = greedy_right, flat_at, []
+        self.picked = picked if picked is not None else Dataset.from_dict({"prompt": [f"q{i}" for i in range(16)]})
 
     def greedy(self, length):
         self.drawn.append("greedy")
@@ -205,6 +209,38 @@ def test_most_prompts_flat_and_wrong_where_greedy_is_right_fit_a_colder_temperat
     assert drawn == ["greedy", 0.5, 0.3] and r.trained is r.asked and r.adjustments == []
     r, drawn = fit(False, {0.5: 0.31})
     assert drawn == [] and r.trained is r.asked
+
+
+PARITY = Dataset.from_dict({"prompt": [f"Is {n} even or odd?" for n in range(16)],
+                            "answer": ["even" if n % 2 == 0 else "odd" for n in range(16)],
+                            "labels": [["even", "odd"]] * 16})
+
+
+def test_greedy_answers_that_ignore_the_row_are_a_habit_not_evidence_of_noise():
+    """A parity file: greedy answers 'even' to 26 of 32 numbers, 22 of them even, right on 19 against 12% of the
+    samples. The kit took that for noise, trained colder, and learned nothing (0.56 -> 0.56); a multiple-choice
+    file's greedy answers were 'A' to 28 of 32, and it was said to have no problem."""
+    habit = _greedy_habit(PARITY, ["It is odd."] * 15 + ["It is even."], "final")
+    assert habit == {"answer": "odd", "replies": 16, "given": 15, "right": 8}  # one answer, right on its rows
+    knows = ["It is even." if n % 2 == 0 else "Odd." for n in range(16)]
+    assert _greedy_habit(PARITY, knows, "final") is None
+    assert _greedy_habit(PARITY, knows[:4] + knows[4:][::-1], "final")["chance_share"] >= 0.4  # as luck does
+    assert _greedy_habit(PARITY, ["Seven."] * 16, "final") is None  # no label at all: no answer, no habit
+
+    class Habit(_Draws):
+        def decode(self, seqs):
+            return ["It is odd."] * 16
+
+    prompts = [PromptStats(i, f"q{i}", 0.0, 0.0, 0.0 if i < 9 else 0.5, 0.0) for i in range(16)]
+    r = report(flat_fraction=0.56, zero_spread_fraction=0.4, pass_rate=0.13, prompts=prompts)
+    draws = Habit(greedy_right=8, flat_at={0.5: 0.31}, picked=PARITY)
+    _fit_sampling(r, draws, draws, True, ([], []))
+    assert draws.drawn == ["greedy"] and r.trained is r.asked and r.greedy_habit["answer"] == "odd"  # no colder draw
+    told = report(greedy_pass_rate=0.53, greedy_habit=habit, **NOISY)
+    assert told.kinds() == ["answer_habit", "reward_collapse"]  # not sampling_noise: the habit's rows, not knowledge
+    assert not told.problems[0].blocking and ("answers 'odd' to 15 of the 16 probed prompts whatever the question, "
+                                              "right on the 8 it fits (53% right in all)") in told.problems[0].message
+    assert told.sampling_measured().greedy_better is False  # nor is the health monitor told so
 
 
 def test_a_reward_that_never_pays_right_answers_is_collapse_not_noise():
