@@ -223,6 +223,16 @@ def test_a_number_with_its_unit_is_the_number_in_that_unit_however_written():
     assert is_correct("10 minutes", "10 min") and not is_correct("It is 4 June.", "4 July")
 
 
+def test_a_letter_named_beside_other_letters_is_a_hedge():
+    """A first-letters file had *... the first letter of the word "Valley" is a combination of the letters "V" and
+    "L".* scored right for 'v'."""
+    asked = "What is the first letter of the word 'valley'?"
+    assert not is_correct('It is a combination of the letters "V" and "L".', "v", prompt=asked)
+    assert not is_correct("V or W.", "v", prompt=asked)
+    for reply in ('The first letter of valley is "V".', "V, as in valley.", "I think it is v.", "It is a v."):
+        assert is_correct(reply, "v", prompt=asked), reply
+
+
 def test_british_and_american_spellings_of_an_answer_are_one_answer():
     labels = ["animal", "colour"]
     assert is_correct("Crimson is a color.", "colour", labels=labels)  # the label is British, the reply American

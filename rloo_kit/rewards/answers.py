@@ -542,10 +542,14 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
         return _in_unit(text, question, *measure.groups())
     wanted, span, items = normalize_text(gold), _answer_span(text), list_items(gold)
     named = names_list(span, items) if items else mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
+    if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
+        named = named and not any(mentions(normalize_text(span), other) for other in _LETTERS - {wanted})
     return (bool(wanted) and named
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
             and (not in_case or _names_in_case(span, gold)))
 
+
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one letter; 'a' and 'i' as `mentions` reads them
 
 # a number and its unit, a word or two of letters: '5 km', '3 hours', '12 apples', '20 square metres'
 _MEASURE = re.compile(rf"({NUMBER})\s*([^\W\d_]+(?:\s+[^\W\d_]+)?)")
