@@ -213,7 +213,7 @@ class PreflightReport:
     brevity_max_chars: int | None = None  # the brevity reward `proposed` adds (None: none)
     widened_from: int | None = None  # the first probe length, when its samples were mostly cut and it was widened
     greedy_pass_rate: float | None = None  # share of the probed prompts whose greedy answer is right (None: not needed)
-    greedy_habit: dict | None = None  # where those greedy answers give one answer whatever the row (`_greedy_habit`)
+    greedy_habit: dict | None = None  # where those greedy answers ignore the row (`_greedy_habit`)
     colder: list[Setup] = field(default_factory=list)  # the setups probed at lower temperatures, coldest last
     held_against: Setup | None = field(default=None, repr=False)  # the setup whose samples the greedy answers faced
     lengths: list[int] = field(default_factory=list, repr=False)  # tokens of each sample up to probe_length
@@ -532,7 +532,7 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     texts = judge.decode(seq for (seq,) in greedy)
     right = judge.correct(texts, samples=1)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
-    report.greedy_habit = _greedy_habit(judge.picked, texts, judge.match)
+    report.greedy_habit = _greedy_habit(judge.picked, texts, right, judge.match)
     base.prompts = [dataclasses.replace(p, greedy_right=bool(ok)) for p, ok in zip(base.prompts, right, strict=True)]
     if base.unpaid:  # the greedy answers' right ones say whether a colder draw can be paid
         base.unpaid = not judge.pays(greedy, right, base.max_completion_length, *rewards)
@@ -971,7 +971,7 @@ def _greedy_beats(report: PreflightReport, setup: Setup) -> bool:
     return greedy_beats_samples(report.greedy_pass_rate, prompts, setup.pass_rate, prompts * report.num_generations)
 
 
-def _greedy_habit(picked: Dataset, texts: list[str], match: str) -> dict | None:
+def _greedy_habit(picked: Dataset, texts: list[str], right: list[bool], match: str) -> dict | None:
     """Where the greedy answers to the probed prompts ignore the row, so that their accuracy is the share of rows
     their answers fit and says nothing of what the model knows, nor that its samples are noisier than its best
     answer: one answer to most rows while it is right for far fewer (`EvalReport.one_answer`: the answer, how many
@@ -983,17 +983,16 @@ def _greedy_habit(picked: Dataset, texts: list[str], match: str) -> dict | None:
     if "answer" not in picked.column_names:
         return None
     rules = row_rules(picked)
-    rows = [{"completion": text, "answer": answer, "choices": rule.get("choices"),
-             "predicted": predicted_answer(text, match=match, prompt=prompt, **rule),
-             "correct": is_correct(text, answer, match, prompt=prompt, **rule)}
-            for text, answer, prompt, rule in zip(texts, picked["answer"], picked["prompt"], rules, strict=True)]
+    rows = [{"completion": text, "answer": answer, "choices": rule.get("choices"), "correct": ok,
+             "predicted": predicted_answer(text, match=match, prompt=prompt, **rule)}
+            for text, ok, answer, prompt, rule in zip(texts, right, picked["answer"], picked["prompt"], rules,
+                                                      strict=True)]
     replies = EvalReport(None, {}, {}, 0.0, 0.0, 1, rows)
-    right = sum(r["correct"] for r in rows)
-    share = replies.chance_share() if right else None  # none right: as luck does, and no evidence of anything
+    share = replies.chance_share() if any(right) else None  # none right: as luck does, and no evidence of anything
     habit = replies.one_answer()
     if habit is not None or share is None or share < CHANCE_SHARE:
         return habit
-    return {"replies": len(rows), "right": right, "chance_right": replies.chance_right(), "chance_share": share}
+    return {"replies": len(rows), "right": sum(right), "chance_right": replies.chance_right(), "chance_share": share}
 
 
 def _habit_warning(report: PreflightReport) -> Problem:

@@ -27,7 +27,7 @@ from rloo_kit.preflight_check import (
     diagnose,
     fit_task,
 )
-from rloo_kit.rewards import correct_answer, exact_answer
+from rloo_kit.rewards import correct_answer, exact_answer, is_correct
 
 from .helpers import length_reward
 
@@ -220,12 +220,16 @@ def test_greedy_answers_that_ignore_the_row_are_a_habit_not_evidence_of_noise():
     """A parity file: greedy answers 'even' to 26 of 32 numbers, 22 of them even, right on 19 against 12% of the
     samples. The kit took that for noise, trained colder, and learned nothing (0.56 -> 0.56); a multiple-choice
     file's greedy answers were 'A' to 28 of 32, and it was said to have no problem."""
-    habit = _greedy_habit(PARITY, ["It is odd."] * 15 + ["It is even."], "final")
+    def habit_of(texts: list[str]) -> dict | None:
+        right = [is_correct(t, a, labels=["even", "odd"]) for t, a in zip(texts, PARITY["answer"], strict=True)]
+        return _greedy_habit(PARITY, texts, right, "final")
+
+    habit = habit_of(["It is odd."] * 15 + ["It is even."])
     assert habit == {"answer": "odd", "replies": 16, "given": 15, "right": 8}  # one answer, right on its rows
     knows = ["It is even." if n % 2 == 0 else "Odd." for n in range(16)]
-    assert _greedy_habit(PARITY, knows, "final") is None
-    assert _greedy_habit(PARITY, knows[:4] + knows[4:][::-1], "final")["chance_share"] >= 0.4  # as luck does
-    assert _greedy_habit(PARITY, ["Seven."] * 16, "final") is None  # no label at all: no answer, no habit
+    assert habit_of(knows) is None
+    assert habit_of(knows[:4] + knows[4:][::-1])["chance_share"] >= 0.4  # right on 4: as random deals of them are
+    assert habit_of(["Seven."] * 16) is None  # no label at all: no answer, no habit
 
     class Habit(_Draws):
         def decode(self, seqs):
