@@ -152,7 +152,10 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     `extract_answer`), numerically.
     Text: both sides normalized (`normalize_text`). match="final" looks for the gold answer, as whole
     words, in the reply's explicit answer ('answer: ...', '<answer>', '####', boxed) or else in its
-    last sentence: 'The opposite of hot is cold.' is right for 'cold'.
+    last sentence: 'The opposite of hot is cold.' is right for 'cold'. Case counts only where the question writes
+    the answer in another case (`keeps_case`: 'APPLE' for 'Write apple in capitals.'); a list ('3, 5, 9') is its
+    items in order and no more (`names_list`); a number with its unit ('5 km') is the reply's final number, in that
+    unit where it names one; a one-letter answer named beside other letters is a hedge.
     match="exact" wants the reply to be the answer alone, in both cases.
     labels: a classification task's label set: with match="final" a reply that also names a label other than the
     accepted ones ('positive, not negative') is wrong, as a hedge is no answer.
