@@ -193,7 +193,7 @@ def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None
     True
     """
     accepted = accepted_answers(gold)
-    if (labels or choices or any(parse_number(g) is not None or _MEASURE.fullmatch(g.strip()) for g in accepted)
+    if (labels or choices or any(parse_number(g) is not None or _measure(g) for g in accepted)
             or is_correct(completion, gold, prompt=prompt)):
         return False
     said = [s for s in sentences(completion_text(completion)) if normalize_text(s)]
@@ -540,13 +540,14 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
         return same and (not in_case or _names_in_case(reply, gold))
     if numeric:
         return answers_match(extract_answer(text, question), gold)
-    measure = _MEASURE.fullmatch(gold.strip().rstrip("."))
+    measure = _measure(gold)
     if measure:  # '5 km': the reply's final number, in the gold's unit where it names one ('5 kilometres', '5')
         return _in_unit(text, question, *measure.groups())
     wanted, span, items = normalize_text(gold), _answer_span(text), list_items(gold)
-    named = names_list(span, items) if items else mentions(normalize_text(span), wanted) and stands_alone(span, wanted)
+    said = normalize_text(span)
+    named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
     if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
-        named = named and not any(mentions(normalize_text(span), other) for other in _LETTERS - {wanted})
+        named = named and not any(mentions(said, other) for other in _LETTERS - {wanted})
     return (bool(wanted) and named
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
             and (not in_case or _names_in_case(span, gold)))
@@ -556,6 +557,11 @@ _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one lett
 
 # a number and its unit, a word or two of letters: '5 km', '3 hours', '12 apples', '20 square metres'
 _MEASURE = re.compile(rf"({NUMBER})\s*([^\W\d_]+(?:\s+[^\W\d_]+)?)")
+
+
+def _measure(gold: str) -> re.Match | None:
+    """A gold answer that is a number and its unit (`_MEASURE`), as its two parts; None for any other answer."""
+    return _MEASURE.fullmatch(gold.strip().rstrip("."))
 
 
 def _in_unit(text: str, question: str, number: str, unit: str) -> bool:
