@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 from .diagnostics import ANSWER_SPREAD_KEY, HABIT_KEY, SPREAD_KEY, VALIDATION_KEY, Thresholds
 from .distributed import agreed, is_main_process
-from .evaluation import CHANCE_SHARE, ordinal
+from .evaluation import CHANCE_SHARE, EvalReport, ordinal
 
 log = logging.getLogger("rloo_kit")
 
@@ -68,6 +68,14 @@ class Validation:
     one_place: int | None = None
     replies: tuple[dict, ...] = ()
     chance_share: float | None = None
+
+    @classmethod
+    def of(cls, report: EvalReport) -> Validation:
+        """The greedy pass `report` holds, with what its replies give whatever the row: a validation pass while
+        training, and the pre-flight's greedy answers, which `marks` reads the same way."""
+        habit, place = report.one_answer(min_rows=HABIT_ROWS), report.one_place(min_rows=HABIT_ROWS)
+        return cls([bool(r["correct"]) for r in report.completions], habit and habit["answer"], report.chance_right(),
+                   place and place["place"], tuple(report.completions), report.chance_share())
 
     def marks(self) -> dict:
         """What the curve point of this pass notes about replies that ignore the row: {"one_answer": answer},

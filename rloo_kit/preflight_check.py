@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from datasets import Dataset
 
+from .budget import Validation, habit_words
 from .data import validate_dataset
 from .diagnostics import SamplingMeasured
 from .errors import ConfigError, RewardError
 from .evaluation import (
-    CHANCE_SHARE,
     EvalReport,
     Resumable,
     eos_token_ids,
@@ -974,42 +974,29 @@ def _greedy_beats(report: PreflightReport, setup: Setup) -> bool:
 def _greedy_habit(picked: Dataset, texts: list[str], right: list[bool], match: str) -> dict | None:
     """Where the greedy answers to the probed prompts ignore the row, so that their accuracy is the share of rows
     their answers fit and says nothing of what the model knows, nor that its samples are noisier than its best
-    answer: one answer to most rows while it is right for far fewer (`EvalReport.one_answer`: the answer, how many
-    give it, for how many it is right), or answers that, dealt to the rows at random, are right on as many
-    CHANCE_SHARE of the time or more (`EvalReport.chance_share`: how many are right, on how many by chance on
-    average, and that share). A parity file's greedy answers said 'even' to 26 of 32 numbers, 22 of them even: right
-    on 19, where random deals of them are as right 47% of the time. Taken for knowledge against 12% of samples
-    right, they had the kit train colder, and the run learned nothing (0.56 -> 0.56)."""
+    answer: what a validation pass's replies are marked for (`Validation.marks`: one answer, one place in the
+    choices, or no better than random deals of them), with how many replies and how many right. A parity file's
+    greedy answers said 'even' to 26 of 32 numbers, 22 of them even: right on 19, where random deals of them are as
+    right 47% of the time. Taken for knowledge against 12% of samples right, they had the kit train colder, and the
+    run learned nothing (0.56 -> 0.56)."""
     if "answer" not in picked.column_names:
         return None
-    rules = row_rules(picked)
     rows = [{"completion": text, "answer": answer, "choices": rule.get("choices"), "correct": ok,
              "predicted": predicted_answer(text, match=match, prompt=prompt, **rule)}
-            for text, ok, answer, prompt, rule in zip(texts, right, picked["answer"], picked["prompt"], rules,
-                                                      strict=True)]
-    replies = EvalReport(None, {}, {}, 0.0, 0.0, 1, rows)
-    share = replies.chance_share() if any(right) else None  # none right: as luck does, and no evidence of anything
-    habit = replies.one_answer()
-    if habit is not None or share is None or share < CHANCE_SHARE:
-        return habit
-    return {"replies": len(rows), "right": sum(right), "chance_right": replies.chance_right(), "chance_share": share}
+            for text, ok, answer, prompt, rule in zip(texts, right, picked["answer"], picked["prompt"],
+                                                      row_rules(picked), strict=True)]
+    marks = Validation.of(EvalReport(None, {}, {}, 0.0, 0.0, 1, rows)).marks()
+    return {**marks, "replies": len(rows), "right": sum(right)} if marks else None
 
 
 def _habit_warning(report: PreflightReport) -> Problem:
     """The greedy answers ignore the row: a warning, as the samples may still find the rule."""
-    habit, greedy = report.greedy_habit, report.greedy_pass_rate
-    if "answer" in habit:
-        how = (f"answers '{habit['answer']}' to {habit['given']} of the {habit['replies']} probed prompts whatever "
-               f"the question, right on the {habit['right']} it fits ({greedy:.0%} right in all)")
-    else:
-        how = (f"answers right on {habit['right']} of the {habit['replies']} probed prompts ({greedy:.0%}), and the "
-               f"same answers dealt to those prompts at random are right on as many {habit['chance_share']:.0%} of "
-               f"the time ({habit['chance_right']:.1f} on average)")
+    habit = report.greedy_habit
     return Problem(
-        "answer_habit", f"Greedy, the model {how}: the rows' share of its answers, not "
-        "knowledge. RLOO from such a start often moves the habit from one answer to another rather than learning the "
-        "rule (a true-or-false file: 0.38 -> 0.38 held out; a multiple-choice file: 0.31 -> 0.25; parity: 0.56 -> "
-        "0.56).",
+        "answer_habit", f"Greedy, the model is right on {habit['right']} of the {habit['replies']} probed prompts, "
+        f"but {habit_words(habit)}: the rows' share of its answers, not knowledge. RLOO from such a start often "
+        "moves the habit from one answer to another rather than learning the rule (a true-or-false file: 0.38 -> "
+        "0.38 held out; a multiple-choice file: 0.31 -> 0.25; parity: 0.56 -> 0.56).",
         "train with --minutes (or a validation split), which never keeps a step whose replies ignore the row; check "
         "that the rows' answers are evenly spread (a habit earns its answer's share of the rows); or try a bigger "
         "model.", blocking=False)

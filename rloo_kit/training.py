@@ -23,7 +23,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import TrainOutput
 from trl import RLOOConfig, RLOOTrainer
 
-from .budget import BUDGET_STEPS, HABIT_ROWS, StepBudget, TimeBudget, Validation, read_json
+from .budget import BUDGET_STEPS, StepBudget, TimeBudget, Validation, read_json
 from .budget import STATE_FILE as BUDGET_STATE
 from .data import validate_dataset
 from .diagnostics import HealthMonitor
@@ -225,11 +225,7 @@ def _validator(task: Task, tokenizer, config: RLOOConfig):
         report = task.evaluate(model, tokenizer, dataset=task.validation, max_new_tokens=config.max_completion_length)
         if report.accuracy is None:
             return None
-        habit = report.one_answer(min_rows=HABIT_ROWS)
-        place = report.one_place(min_rows=HABIT_ROWS)
-        return Validation([bool(r["correct"]) for r in report.completions], habit and habit["answer"],
-                          report.chance_right(), place and place["place"], tuple(report.completions),
-                          report.chance_share())
+        return Validation.of(report)
 
     return validate
 

@@ -225,11 +225,21 @@ def test_greedy_answers_that_ignore_the_row_are_a_habit_not_evidence_of_noise():
         return _greedy_habit(PARITY, texts, right, "final")
 
     habit = habit_of(["It is odd."] * 15 + ["It is even."])
-    assert habit == {"answer": "odd", "replies": 16, "given": 15, "right": 8}  # one answer, right on its rows
+    assert habit == {"one_answer": "odd", "replies": 16, "right": 7}  # one answer, right on its rows (not the 16th)
     knows = ["It is even." if n % 2 == 0 else "Odd." for n in range(16)]
     assert habit_of(knows) is None
-    assert habit_of(knows[:4] + knows[4:][::-1])["chance_share"] >= 0.4  # right on 4: as random deals of them are
+    assert habit_of(knows[:4] + knows[4:][::-1])["chance"] == 0.5  # right on 4: no more than random deals of them
     assert habit_of(["Seven."] * 16) is None  # no label at all: no answer, no habit
+    # choices in the question: the first offered, whatever the row, as a validation pass is marked for it
+    pairs = [(n, 20 - n) for n in range(2, 18) if n != 10]
+    larger = Dataset.from_dict({"prompt": [f"Which is larger, {a} or {b}?" for a, b in pairs],
+                                "answer": [str(max(a, b)) for a, b in pairs],
+                                "choices": [[str(a), str(b)] for a, b in pairs]})
+    first = [f"{a} is larger." for a, _ in pairs]
+    right = [is_correct(t, a, prompt=q, choices=c)
+             for t, a, q, c in zip(first, larger["answer"], larger["prompt"], larger["choices"], strict=True)]
+    assert sum(right) == 7 and _greedy_habit(larger, first, right, "final") == {"one_place": 1, "replies": 15,
+                                                                                "right": 7}
 
     class Habit(_Draws):
         def decode(self, seqs):
@@ -239,11 +249,11 @@ def test_greedy_answers_that_ignore_the_row_are_a_habit_not_evidence_of_noise():
     r = report(flat_fraction=0.56, zero_spread_fraction=0.4, pass_rate=0.13, prompts=prompts)
     draws = Habit(greedy_right=8, flat_at={0.5: 0.31}, picked=PARITY)
     _fit_sampling(r, draws, draws, True, ([], []))
-    assert draws.drawn == ["greedy"] and r.trained is r.asked and r.greedy_habit["answer"] == "odd"  # no colder draw
+    assert draws.drawn == ["greedy"] and r.trained is r.asked and r.greedy_habit["one_answer"] == "odd"  # no colder
     told = report(greedy_pass_rate=0.53, greedy_habit=habit, **NOISY)
     assert told.kinds() == ["answer_habit", "reward_collapse"]  # not sampling_noise: the habit's rows, not knowledge
-    assert not told.problems[0].blocking and ("answers 'odd' to 15 of the 16 probed prompts whatever the question, "
-                                              "right on the 8 it fits (53% right in all)") in told.problems[0].message
+    assert not told.problems[0].blocking and ("right on 7 of the 16 probed prompts, but most replies 'odd' "
+                                              "whatever the row") in told.problems[0].message
     assert told.sampling_measured().greedy_better is False  # nor is the health monitor told so
 
 
