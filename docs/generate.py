@@ -130,6 +130,7 @@ def presets_reference() -> str:
 
 POSITIVE_NEGATIVE = {"labels": ["positive", "negative"]}
 COLOURS = {"labels": ["animal", "colour"]}
+TRUE_FALSE = {"labels": ["true", "false"]}
 OFFERED = {"choices": ["70", "95"]}  # the numbers "Which is larger, 70 or 95?" offers
 LISTED = {"choices": ["mountain", "chair"]}  # the things "Which is bigger, a mountain or a chair?" offers
 PLAIN: dict = {}
@@ -155,7 +156,9 @@ ANSWER_EXAMPLES = [
     ("Crimson is a color.", "colour", COLOURS, "final", "British or American spelling, either one"),
     ("It is forty two.", "forty-two", PLAIN, "final", "a hyphen between words is a space"),
     ("It is positive.", "positive", POSITIVE_NEGATIVE, "final", "a label set: one label named"),
-    ("positive, not negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: two labels named"),
+    ("positive or negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: two labels named"),
+    ("positive, not negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: one named, one denied"),
+    ("The statement is not true.", "true", TRUE_FALSE, "final", "a label named only to deny it"),
     ("95 is larger than 70.", "95", OFFERED, "final", "a choice between the prompt's numbers: the pick comes first"),
     ("70 is larger than 95.", "95", OFFERED, "final", "a choice: the wrong pick, though 95 is the last number"),
     ("Answer: 95", "95", OFFERED, "final", "a choice the reply marks"),

@@ -151,9 +151,9 @@ def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     assert data[0]["labels"] == ["negative", "positive"]
     task = load_task("file", path=str(path), prompt_column="text", answer_column="sentiment", n_test=2)
     assert task.answer_kind() == "labels negative, positive: a reply that names two is wrong"
-    replies = ["It is positive.", "Positive, not negative.", "negative"]
-    assert correct_answer([""] * 3, replies, answer=["Positive"] * 3, labels=[data[0]["labels"]] * 3) == [1.0, 0.0,
-                                                                                                         0.0]
+    replies = ["It is positive.", "Positive or negative.", "negative", "Positive, not negative."]
+    assert correct_answer([""] * 4, replies, answer=["Positive"] * 4, labels=[data[0]["labels"]] * 4) == [1.0, 0.0,
+                                                                                                         0.0, 1.0]
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": i % 2}) + "\n" for i in range(10)))
     assert "labels" not in load_local(str(numbers), answer_column="answer").column_names  # numbers are no labels
@@ -197,15 +197,15 @@ def test_many_repeated_names_are_labels_and_a_reply_may_restate_its_questions_su
     assert correct_answer([""] * 3, replies, answer=["April"] * 3, labels=[data[may]["labels"]] * 3) == [1.0, 0.0,
                                                                                                          0.0]
     choice = data[-1]["labels"]
-    assert len(choice) == 19 and correct_answer([""], ["Sunday, not Friday."], answer=["Sunday"],
-                                                labels=[choice]) == [0.0]
+    assert len(choice) == 19 and correct_answer([""] * 2, ["Sunday or Friday.", "Sunday, not Friday."],
+                                                answer=["Sunday"] * 2, labels=[choice] * 2) == [0.0, 1.0]
     task = load_task("file", path=str(path), prompt_column="question", answer_column="name", n_test=5)
     assert task.answer_kind().endswith("and 11 more: a reply that names two is wrong")
 
 
 def test_a_question_that_offers_its_answer_in_the_other_spelling_offers_choices(tmp_path):
     """'animal or a color?' offers the label 'colour' among others: naming 'animal' beside it stays a hedge, as
-    matching takes either spelling."""
+    matching takes either spelling; denying it does not."""
     from rloo_kit.data import load_local
     from rloo_kit.rewards import is_correct
 
@@ -216,7 +216,8 @@ def test_a_question_that_offers_its_answer_in_the_other_spelling_offers_choices(
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     red = load_local(str(path), prompt_column="q", answer_column="label")[3]
     assert red["answer"] == "colour" and red["labels"] == ["animal", "colour"]
-    assert not is_correct("Red is a color, not an animal.", red["answer"], labels=red["labels"])
+    assert not is_correct("Red is a color or an animal.", red["answer"], labels=red["labels"])
+    assert is_correct("Red is a color, not an animal.", red["answer"], labels=red["labels"])
 
 
 def test_a_choice_among_the_things_a_prompt_lists_scores_the_pick(tmp_path):

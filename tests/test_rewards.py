@@ -20,7 +20,7 @@ from rloo_kit.rewards import (
     safe,
     tag_format,
 )
-from rloo_kit.rewards.answers import list_items, numbers_in_words, parse_number, stands_alone
+from rloo_kit.rewards.answers import denied, list_items, numbers_in_words, parse_number, stands_alone
 
 from .conftest import SHARED_GSM8K
 
@@ -237,9 +237,24 @@ def test_british_and_american_spellings_of_an_answer_are_one_answer():
     labels = ["animal", "colour"]
     assert is_correct("Crimson is a color.", "colour", labels=labels)  # the label is British, the reply American
     assert is_correct("It is grey.", "gray") and is_correct("Colors!", "colours", match="exact")
-    assert not is_correct("Crimson is a color, not an animal.", "colour", labels=labels)  # a hedge either way
-    assert not is_correct("A pig is an animal, not a color.", "animal", labels=labels)
+    assert not is_correct("Crimson is a color or an animal.", "colour", labels=labels)  # a hedge either way
+    assert not is_correct("A pig is an animal or a color.", "animal", labels=labels)
     assert not is_correct("It is grayish.", "grey") and not is_correct("It is four.", "for")  # whole known words only
+
+
+def test_a_text_or_label_named_only_to_deny_it_is_not_named():
+    """Stored replies of earlier runs: *The review is not negative.* was right for 'negative', *It is not a color.*
+    for 'colour'; and *animal, not colour* was a hedge, although choices read *not* as a pick."""
+    true_false, sentiment = ["true", "false"], ["positive", "negative"]
+    assert not is_correct("The statement is not true.", "true", labels=true_false)
+    assert predicted_answer("The statement is not true.", true_false) is None  # no label named: neither verdict
+    assert predicted_answer("It isn't false, it's true.", true_false) == "true"
+    assert not is_correct("The review is not negative.", "negative", labels=sentiment)
+    assert is_correct("Positive, not negative.", "positive", labels=sentiment)
+    assert not is_correct("Positive, not negative.", "negative", labels=sentiment)
+    assert not is_correct("He is not guilty.", "guilty") and is_correct("He is not guilty.", "not guilty")
+    assert not is_correct("It is never a colour.", "colour") and is_correct("No, it is a colour.", "colour")
+    assert denied("It is not a colour.", "colour") and not denied("Not blue: it is a colour.", "colour")
 
 
 def test_a_hyphen_between_words_is_a_space():
@@ -337,7 +352,8 @@ def test_a_choice_letter_is_not_the_article_a():
 def test_a_label_replys_predicted_answer_is_the_one_label_it_is_scored_on():
     labels = ["animal", "colour"]
     assert predicted_answer("The word 'frog' is a color.", labels) == "colour"  # either spelling, the row's label
-    assert predicted_answer("It is an animal, not a colour.", labels) is None  # a hedge names no answer
+    assert predicted_answer("It is an animal or a colour.", labels) is None  # a hedge names no answer
+    assert predicted_answer("It is an animal, not a colour.", labels) == "animal"  # a denied label is not named
     assert predicted_answer("I cannot say.", labels) is None and predicted_answer("It is 7.", None) == "7"
 
 

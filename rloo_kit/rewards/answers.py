@@ -158,7 +158,8 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     unit where it names one; a one-letter answer named beside other letters is a hedge.
     match="exact" wants the reply to be the answer alone, in both cases.
     labels: a classification task's label set: with match="final" a reply that also names a label other than the
-    accepted ones ('positive, not negative') is wrong, as a hedge is no answer.
+    accepted ones ('positive or negative') is wrong, as a hedge is no answer. A text or label named only to deny it
+    ('not true', 'positive, not negative') is not named (`denied`).
     prompt: the row's prompt (text or chat messages). A text answer without labels that the reply names only where
     it repeats the question's words is not its answer: for 'What is the plural of moose?', 'The plural of moose is
     mooses.' answers 'mooses' (`restates`). Without it (None), any mention counts.
@@ -434,6 +435,27 @@ def stands_alone(span: str, phrase: str) -> bool:
                for v in variants if v for i in range(len(words)))
 
 
+def denied(span: str, phrase: str) -> bool:
+    """Whether `span` names `phrase` (normalized) only to say it is not: 'not', 'never', 'no' or a "n't" right
+    before each time, an article between allowed. Such a mention is no answer: *The statement is not true.* is no
+    verdict of true, *He is not guilty.* does not answer 'guilty', and *animal, not colour* names one label, not two.
+
+    >>> denied("The answer is animal, not colour.", "colour"), denied("It isn't a colour; it's a colour.", "colour")
+    (True, False)
+    """
+    words = [w.lower() for w in re.findall(r"[^\W_]+", span)]
+    variants = [found for v in spellings(phrase) if (found := re.findall(r"[^\W_]+", v))]
+    places = [i for v in variants for i in range(len(words)) if words[i:i + len(v)] == v]
+
+    def negated(i: int) -> bool:
+        before = words[max(0, i - 2):i]
+        if before and before[-1] in ("a", "an", "the"):
+            before = before[:-1]
+        return bool(before) and before[-1] in _NEGATIONS
+
+    return bool(places) and all(negated(i) for i in places)
+
+
 def restates(span: str, gold: str, question: str) -> bool:
     """Whether a text answer `span` names `gold` only as `question` names it, and then says something else: each
     time right after one of the two words the question puts before it (articles aside), or opening the span with the
@@ -548,7 +570,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
     named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
     if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
         named = named and not any(mentions(said, other) for other in _LETTERS - {wanted})
-    return (bool(wanted) and named
+    return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
             and (not in_case or _names_in_case(span, gold)))
 

@@ -19,14 +19,15 @@ def correct_answer(prompts: list, completions: list, answer: list, **kwargs) -> 
     """1.0 when the completion's final answer matches the `answer` column (see `is_correct`), else 0.0.
 
     A `labels` column (a classification task's label set, see data.load_local) makes a reply that names
-    another label beside the right one wrong; a `choices` column (what each question offers: 'glacier or pear?')
-    scores the one a reply picks. Without either, a text answer named only where the reply repeats its prompt's
-    words is not the reply's answer (`rewards.answers.restates`).
+    another label beside the right one wrong (one named only to deny it is not named); a `choices` column (what
+    each question offers: 'glacier or pear?') scores the one a reply picks. Without either, a text answer named
+    only where the reply repeats its prompt's words is not the reply's answer (`rewards.answers.restates`).
 
     >>> correct_answer(["q", "q"], ["So 3 + 4 = 7.", "The opposite of hot is Cold."], answer=["7", "cold"])
     [1.0, 1.0]
-    >>> correct_answer(["q"], ["Not positive: negative."], answer=["negative"], labels=[["positive", "negative"]])
-    [0.0]
+    >>> correct_answer(["q"] * 2, ["Positive or negative.", "Not positive: negative."], answer=["negative"] * 2,
+    ...                labels=[["positive", "negative"]] * 2)
+    [0.0, 1.0]
     """
     labels = kwargs.get("labels") or [None] * len(completions)
     choices = kwargs.get("choices") or [None] * len(completions)
