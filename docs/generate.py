@@ -156,6 +156,7 @@ ANSWER_EXAMPLES = [
     ("Crimson is a color.", "colour", COLOURS, "final", "British or American spelling, either one"),
     ("It is forty two.", "forty-two", PLAIN, "final", "a hyphen between words is a space"),
     ("It is positive.", "positive", POSITIVE_NEGATIVE, "final", "a label set: one label named"),
+    ("It is 5:00 p.m.", "5 PM", PLAIN, "final", "a time of day, however written"),
     ("positive or negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: two labels named"),
     ("positive, not negative", "positive", POSITIVE_NEGATIVE, "final", "a label set: one named, one denied"),
     ("The statement is not true.", "true", TRUE_FALSE, "final", "a label named only to deny it"),

@@ -20,7 +20,7 @@ from rloo_kit.rewards import (
     safe,
     tag_format,
 )
-from rloo_kit.rewards.answers import denied, list_items, numbers_in_words, parse_number, stands_alone
+from rloo_kit.rewards.answers import clock_time, denied, list_items, numbers_in_words, parse_number, stands_alone
 
 from .conftest import SHARED_GSM8K
 
@@ -255,6 +255,20 @@ def test_a_text_or_label_named_only_to_deny_it_is_not_named():
     assert not is_correct("He is not guilty.", "guilty") and is_correct("He is not guilty.", "not guilty")
     assert not is_correct("It is never a colour.", "colour") and is_correct("No, it is a colour.", "colour")
     assert denied("It is not a colour.", "colour") and not denied("Not blue: it is a colour.", "colour")
+
+
+def test_a_time_of_day_is_one_time_however_written():
+    """A new-user file of clock sums (*What time is it 2 hours after 3 PM?*, answers like `5 PM`): as a number with
+    a unit, *It is 5:00 PM.* was read as its last number, 00, and wrong; so was *It ends at 5 PM, 3 hours later.*"""
+    for reply in ("It is 5:00 PM.", "5pm", "5 p.m.", "17:00", "The film ends at 5 PM, 3 hours later.",
+                  "It will be 5 o'clock.", "The answer is 5:00 PM. Then it is 6 PM."):
+        assert is_correct(reply, "5 PM"), reply
+    for reply in ("It will be 5 AM.", "It is 6 PM.", "5:30 PM", "The answer is 6 PM."):
+        assert not is_correct(reply, "5 PM"), reply
+    assert not is_correct("17:00", "5 AM") and is_correct("5 PM", "17:00") and not is_correct("5:00", "17:00")
+    assert is_correct("5:00 PM", "5 PM", match="exact") and not is_correct("It is 5 PM.", "5 PM", match="exact")
+    assert predicted_answer("It is 5:00 PM.") == "5:00 PM." and predicted_answer("At 5 PM he had 12 apples.") == "12"
+    assert clock_time("5") is None and clock_time("5 km") is None and clock_time("25:00") is None
 
 
 def test_a_hyphen_between_words_is_a_space():

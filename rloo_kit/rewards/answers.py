@@ -155,7 +155,8 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     last sentence: 'The opposite of hot is cold.' is right for 'cold'. Case counts only where the question writes
     the answer in another case (`keeps_case`: 'APPLE' for 'Write apple in capitals.'); a list ('3, 5, 9') is its
     items in order and no more (`names_list`); a number with its unit ('5 km') is the reply's final number, in that
-    unit where it names one; a one-letter answer named beside other letters is a hedge.
+    unit where it names one; a time of day ('5 PM') is the reply's time, however written (`clock_time`); a
+    one-letter answer named beside other letters is a hedge.
     match="exact" wants the reply to be the answer alone, in both cases.
     labels: a classification task's label set: with match="final" a reply that also names a label other than the
     accepted ones ('positive or negative') is wrong, as a hedge is no answer. A text or label named only to deny it
@@ -194,7 +195,7 @@ def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None
     True
     """
     accepted = accepted_answers(gold)
-    if (labels or choices or any(parse_number(g) is not None or _measure(g) for g in accepted)
+    if (labels or choices or any(parse_number(g) is not None or _measure(g) or clock_time(g) for g in accepted)
             or is_correct(completion, gold, prompt=prompt)):
         return False
     said = [s for s in sentences(completion_text(completion)) if normalize_text(s)]
@@ -204,13 +205,16 @@ def predicted_answer(completion, labels: Sequence[str] | None = None, match: str
                      choices: Sequence[str] | None = None, prompt=None) -> str | None:
     """The answer a reply is scored on, for showing beside its gold answer: the one label it names where the row
     has a label set ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among a choice
-    question's offers (`picked_choice`), else its final number (`extract_answer`). `match` and `prompt` as
-    `is_correct`'s."""
+    question's offers (`picked_choice`), else its final number (`extract_answer`), or the time of day that number
+    is part of ('5:00 PM', not '00'). `match` and `prompt` as `is_correct`'s."""
     text = completion_text(completion)
     if choices:
         return picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
     if labels:
         return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
+    times, numbers = _times(text), list(re.finditer(NUMBER, text))
+    if marked_answer(text) is None and times and numbers and numbers[-1].end() <= times[-1][0].end():
+        return times[-1][0].group().strip()  # the final number is part of the last time
     return extract_answer(text, completion_text(prompt) if prompt is not None else "")
 
 def offers_numbers(choices: Sequence[str] | None) -> bool:
@@ -553,8 +557,11 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
     (`keeps_case`) is matched in its own case."""
     numeric = parse_number(gold) is not None
     in_case = cased and not numeric and keeps_case(gold, question)
+    clock = clock_time(gold)
     if match == "exact":
         reply = text.strip().rstrip(".").strip()
+        if clock:
+            return (said := clock_time(reply)) is not None and same_time(said, clock)
         if numeric:
             return re.fullmatch(NUMBER, reply) is not None and answers_match(reply, gold)
         items = list_items(gold)
@@ -562,6 +569,8 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
         return same and (not in_case or _names_in_case(reply, gold))
     if numeric:
         return answers_match(extract_answer(text, question), gold)
+    if clock:  # '5 PM': the reply's last time of day ('5:00 p.m.', '17:00'), else its final number as the hour
+        return _says_time(text, question, clock)
     measure = _measure(gold)
     if measure:  # '5 km': the reply's final number, in the gold's unit where it names one ('5 kilometres', '5')
         return _in_unit(text, question, *measure.groups())
@@ -601,6 +610,64 @@ def _in_unit(text: str, question: str, number: str, unit: str) -> bool:
     short, long = sorted((word.group(1).lower(), unit.split()[0].lower()), key=len)
     rest = iter(long[1:])
     return short[0] == long[0] and all(letter in rest for letter in short[1:])
+
+
+# a time of day: '5 PM', '5:30 p.m.', '17:00' (a number alone matches too, and is no time: see `_clock`)
+_CLOCK = re.compile(r"(?<![\w:.,])(\d{1,2})(?::([0-5]\d))?(?:\s*([AaPp])\.?\s?[Mm]\b\.?)?(?![\w:]|[.,]\d)")
+
+
+def clock_time(text: str) -> tuple[int, int, str] | None:
+    """A time of day written alone ('5 PM', '5:30 p.m.', '17:00') as its hour, minute and 'a', 'p' or '' (a time
+    that does not say, on a 24-hour clock or not); None for anything else, a number alone included.
+
+    >>> clock_time("5 PM"), clock_time("5:30 p.m."), clock_time("17:00"), clock_time("5"), clock_time("5 km")
+    ((5, 0, 'p'), (5, 30, 'p'), (17, 0, ''), None, None)
+    """
+    found = _CLOCK.fullmatch(str(text).strip())
+    return _clock(found) if found else None
+
+
+def _clock(found: re.Match) -> tuple[int, int, str] | None:
+    hour, minute, half = int(found[1]), found[2], (found[3] or "").lower()
+    if (minute is None and not half) or hour > (12 if half else 23) or (half and hour == 0):
+        return None
+    return hour, int(minute or 0), half
+
+
+def same_time(a: tuple[int, int, str], b: tuple[int, int, str]) -> bool:
+    """Whether two `clock_time`s are one time of day. Where one says AM or PM and the other does not, the other is
+    read either way its hour allows: '5:00' and '17:00' are 5 PM, '17:00' is not 5 AM; two that do not say compare
+    their hours as written."""
+    (hour, minute, half), (other, other_minute, other_half) = a, b
+    if minute != other_minute:
+        return False
+    if half and other_half:
+        return half == other_half and hour % 12 == other % 12
+    if not half and not other_half:
+        return hour == other
+    if half:
+        (hour, half), (other, other_half) = (other, other_half), (hour, half)
+    fixed = other % 12 + 12 * (other_half == "p")  # the one that says, on a 24-hour clock
+    return hour == fixed or (hour <= 12 and hour % 12 == fixed % 12)
+
+
+def _times(text: str) -> list[tuple[re.Match, tuple[int, int, str]]]:
+    """The times of day a text writes, in order, each with where it stands."""
+    return [(found, time) for found in _CLOCK.finditer(text) if (time := _clock(found))]
+
+
+def _says_time(text: str, question: str, gold: tuple[int, int, str]) -> bool:
+    """Whether a reply's answer is the time of day `gold`: the first time its marked answer writes, as for a
+    number, else the last time the reply writes; where it writes none, its final number as the hour ('5 o'clock',
+    'It will be 5.' for 5 PM). Matched as a number with a unit, '5:00 PM' was read as its last number, 00, and
+    wrong for '5 PM'."""
+    marked = _marked_span(text)
+    times = _times(marked)[:1] if marked is not None else []
+    times = times or _times(text)
+    if times:
+        return same_time(times[-1][1], gold)
+    hour, minute, _ = gold
+    return minute == 0 and answers_match(extract_answer(text, question), str(hour))
 
 
 # what separates the items of a list as a reply writes it: commas, 'and', ', and', semicolons
