@@ -628,6 +628,7 @@ def clock_time(text: str) -> tuple[int, int, str] | None:
 
 
 def _clock(found: re.Match) -> tuple[int, int, str] | None:
+    """A `_CLOCK` match as a time of day, or None where it is a number alone or no hour of a clock."""
     hour, minute, half = int(found[1]), found[2], (found[3] or "").lower()
     if (minute is None and not half) or hour > (12 if half else 23) or (half and hour == 0):
         return None
