@@ -199,8 +199,9 @@ def _right_for(answer: str, rows: list[dict]) -> int:
 
 
 def _fits(answer: str | None, row: dict) -> bool:
-    """Whether `answer` is right for `row`, by its accepted answers (None, a reply that gives none, never is)."""
-    return answer is not None and any(answers_match(answer, g) for g in accepted_answers(row["answer"]))
+    """Whether `answer` is right for `row`, by its accepted answers, as the answer rule reads it ('5 PM' for 5 and
+    for '17:00'; None, a reply that gives none, never is)."""
+    return answer is not None and is_correct(answer, row["answer"])
 
 
 def _place(answers: list[str], choices: Sequence[str]) -> int | None:

@@ -260,14 +260,18 @@ def test_a_text_or_label_named_only_to_deny_it_is_not_named():
 def test_a_time_of_day_is_one_time_however_written():
     """A new-user file of clock sums (*What time is it 2 hours after 3 PM?*, answers like `5 PM`): as a number with
     a unit, *It is 5:00 PM.* was read as its last number, 00, and wrong; so was *It ends at 5 PM, 3 hours later.*"""
-    for reply in ("It is 5:00 PM.", "5pm", "5 p.m.", "17:00", "The film ends at 5 PM, 3 hours later.",
-                  "It will be 5 o'clock.", "The answer is 5:00 PM. Then it is 6 PM."):
+    for reply in ("It is 5:00 PM.", "5pm", "5 p.m.", "17:00", "It will be 5 o'clock.", "5 in the evening.",
+                  "The answer is 5:00 PM. Then it is 6 PM.", "It's 5 PM, not 5 AM.", "From 3 PM, 3 + 2 = 5."):
         assert is_correct(reply, "5 PM"), reply
-    for reply in ("It will be 5 AM.", "It is 6 PM.", "5:30 PM", "The answer is 6 PM."):
+    for reply in ("It will be 5 AM.", "It is 6 PM.", "5:30 PM", "The answer is 6 PM.", "It's 5 AM, not 5 PM.",
+                  "5 AM: early.", "It arrives in 5 hours.", "5 in the morning.", "It costs $5.",
+                  "The film ends at 5 PM, 3 hours later."):  # its last number, as for a number: 3
         assert not is_correct(reply, "5 PM"), reply
     assert not is_correct("17:00", "5 AM") and is_correct("5 PM", "17:00") and not is_correct("5:00", "17:00")
+    assert not is_correct("12 PM", "00:00") and is_correct("12:00", "12 AM")  # noon is not 0:00; 12:00 may be either
     assert is_correct("5:00 PM", "5 PM", match="exact") and not is_correct("It is 5 PM.", "5 PM", match="exact")
-    assert predicted_answer("It is 5:00 PM.") == "5:00 PM." and predicted_answer("At 5 PM he had 12 apples.") == "12"
+    assert predicted_answer("It is 5:00 p.m.") == "5 PM" and predicted_answer("Answer: 5:30 pm") == "5:30 PM"
+    assert predicted_answer("At 5 PM he had 12 apples.") == "12" and is_correct("It closes at 5 PM.", "5")
     assert clock_time("5") is None and clock_time("5 km") is None and clock_time("25:00") is None
 
 

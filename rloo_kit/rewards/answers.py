@@ -205,16 +205,16 @@ def predicted_answer(completion, labels: Sequence[str] | None = None, match: str
                      choices: Sequence[str] | None = None, prompt=None) -> str | None:
     """The answer a reply is scored on, for showing beside its gold answer: the one label it names where the row
     has a label set ('Red is a colour.' -> 'colour'; None for a hedge or no label), its pick among a choice
-    question's offers (`picked_choice`), else its final number (`extract_answer`), or the time of day that number
-    is part of ('5:00 PM', not '00'). `match` and `prompt` as `is_correct`'s."""
+    question's offers (`picked_choice`), else the time of day it answers with (`answer_time`: '5:30 PM', not
+    '30'), else its final number (`extract_answer`). `match` and `prompt` as `is_correct`'s."""
     text = completion_text(completion)
     if choices:
         return picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
     if labels:
         return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
-    times, numbers = _times(text), list(re.finditer(NUMBER, text))
-    if marked_answer(text) is None and times and numbers and numbers[-1].end() <= times[-1][0].end():
-        return times[-1][0].group().strip()  # the final number is part of the last time
+    time = answer_time(text)
+    if time is not None:
+        return time_text(time)
     return extract_answer(text, completion_text(prompt) if prompt is not None else "")
 
 def offers_numbers(choices: Sequence[str] | None) -> bool:
@@ -440,24 +440,26 @@ def stands_alone(span: str, phrase: str) -> bool:
 
 
 def denied(span: str, phrase: str) -> bool:
-    """Whether `span` names `phrase` (normalized) only to say it is not: 'not', 'never', 'no' or a "n't" right
-    before each time, an article between allowed. Such a mention is no answer: *The statement is not true.* is no
-    verdict of true, *He is not guilty.* does not answer 'guilty', and *animal, not colour* names one label, not two.
+    """Whether `span` names `phrase` (normalized) only to say it is not: each time right after 'not', 'never',
+    'neither', 'nor' or a "n't", with spaces, an article or a quotation mark between and nothing else. Such a
+    mention is no answer: *The statement is not true.* is no verdict of true, *He is not guilty.* does not answer
+    'guilty', and *animal, not colour* names one label, not two. *No, true.* and *No pain, no gain.* deny nothing.
 
     >>> denied("The answer is animal, not colour.", "colour"), denied("It isn't a colour; it's a colour.", "colour")
     (True, False)
     """
-    words = [w.lower() for w in re.findall(r"[^\W_]+", span)]
-    variants = [found for v in spellings(phrase) if (found := re.findall(r"[^\W_]+", v))]
-    places = [i for v in variants for i in range(len(words)) if words[i:i + len(v)] == v]
+    places = [found.start() for variant in spellings(phrase)
+              for found in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", span, re.I)]
+    return bool(places) and all(_negated_before(span, start) for start in places)
 
-    def negated(i: int) -> bool:
-        before = words[max(0, i - 2):i]
-        if before and before[-1] in ("a", "an", "the"):
-            before = before[:-1]
-        return bool(before) and before[-1] in _NEGATIONS
 
-    return bool(places) and all(negated(i) for i in places)
+# a negation and what may stand between it and what it denies: "not", "isn't", "not a", 'not "'
+_DENIAL = re.compile(r"(?:\b(?:not|never|neither|nor)|n['\u2019]t)\s+(?:(?:a|an|the)\s+)?[\"'\u201c\u2018]?$", re.I)
+
+
+def _negated_before(text: str, start: int) -> bool:
+    """Whether what `text` writes at `start` comes right after a negation (`_DENIAL`)."""
+    return _DENIAL.search(text[:start]) is not None
 
 
 def restates(span: str, gold: str, question: str) -> bool:
@@ -613,7 +615,7 @@ def _in_unit(text: str, question: str, number: str, unit: str) -> bool:
 
 
 # a time of day: '5 PM', '5:30 p.m.', '17:00' (a number alone matches too, and is no time: see `_clock`)
-_CLOCK = re.compile(r"(?<![\w:.,])(\d{1,2})(?::([0-5]\d))?(?:\s*([AaPp])\.?\s?[Mm]\b\.?)?(?![\w:]|[.,]\d)")
+_CLOCK = re.compile(r"(?<![\w.,])(?<!\d:)(\d{1,2})(?::([0-5]\d))?(?:\s*([AaPp])\.?\s?[Mm]\b\.?)?(?!\w|[.,:]\d)")
 
 
 def clock_time(text: str) -> tuple[int, int, str] | None:
@@ -649,26 +651,60 @@ def same_time(a: tuple[int, int, str], b: tuple[int, int, str]) -> bool:
     if half:
         (hour, half), (other, other_half) = (other, other_half), (hour, half)
     fixed = other % 12 + 12 * (other_half == "p")  # the one that says, on a 24-hour clock
-    return hour == fixed or (hour <= 12 and hour % 12 == fixed % 12)
+    return hour == fixed or (1 <= hour <= 12 and hour % 12 == fixed % 12)
 
 
 def _times(text: str) -> list[tuple[re.Match, tuple[int, int, str]]]:
-    """The times of day a text writes, in order, each with where it stands."""
-    return [(found, time) for found in _CLOCK.finditer(text) if (time := _clock(found))]
+    """The times of day a text writes, in order, each with where it stands; none it denies ('5 AM, not 5 PM')."""
+    return [(found, time) for found in _CLOCK.finditer(text)
+            if (time := _clock(found)) and not _negated_before(text, found.start())]
+
+
+def answer_time(text: str) -> tuple[int, int, str] | None:
+    """The time of day a reply answers with, where its answer is one: the first time its marked answer writes,
+    else the last time it writes where no number comes after it. None otherwise: *It closes at 5 PM, so 3 hours.*
+    answers 3."""
+    marked = _marked_span(text)
+    if marked is not None:
+        times = _times(marked)
+        return times[0][1] if times else None
+    times = _times(text)
+    if not times:
+        return None
+    clocks = [found.span() for found in _CLOCK.finditer(text) if _clock(found)]  # denied ones too
+    after = [n for n in re.finditer(NUMBER, text) if n.start() >= times[-1][0].end()
+             and not any(a <= n.start() < b for a, b in clocks)]
+    return None if after else times[-1][1]
+
+
+def time_text(time: tuple[int, int, str]) -> str:
+    """A `clock_time` written one way: '5 PM', '5:30 PM', '17:00'."""
+    hour, minute, half = time
+    return (f"{hour}{f':{minute:02d}' if minute else ''} {half.upper()}M" if half else f"{hour}:{minute:02d}")
+
+
+# what may follow a number that is the hour of a time of day: nothing, "o'clock", a part of the day
+_HOUR_TAIL = re.compile(
+    r"\s*(?:o['\u2019]?clock)?\s*(?:(?:in the|at)\s+(morning|afternoon|evening|night))?\s*(?:[.!,;]|$)", re.I)
 
 
 def _says_time(text: str, question: str, gold: tuple[int, int, str]) -> bool:
-    """Whether a reply's answer is the time of day `gold`: the first time its marked answer writes, as for a
-    number, else the last time the reply writes; where it writes none, its final number as the hour ('5 o'clock',
-    'It will be 5.' for 5 PM). Matched as a number with a unit, '5:00 PM' was read as its last number, 00, and
-    wrong for '5 PM'."""
-    marked = _marked_span(text)
-    times = _times(marked)[:1] if marked is not None else []
-    times = times or _times(text)
-    if times:
-        return same_time(times[-1][1], gold)
-    hour, minute, _ = gold
-    return minute == 0 and answers_match(extract_answer(text, question), str(hour))
+    """Whether a reply's answer is the time of day `gold` (`answer_time`); where it answers with no time, its final
+    number as the hour, where nothing but "o'clock" or a part of the day that agrees follows it ('5 o'clock', 'It
+    will be 5.', '5 in the evening' for 5 PM; not 'in 5 hours'). Matched as a number with a unit, '5:00 PM' was read
+    as its last number, 00, and wrong for '5 PM'."""
+    said = answer_time(text)
+    if said is not None:
+        return same_time(said, gold)
+    hour, minute, half = gold
+    number = extract_answer(text, question)
+    if minute or number is None or not re.fullmatch(r"\d{1,2}", number) or int(number) != hour:
+        return False  # an hour is a number of a clock's: not '$5', nor '5.5'
+
+    written = list(re.finditer(rf"(?<![\d.,]){re.escape(number)}(?![\d,])", text))
+    tail = _HOUR_TAIL.match(text[written[-1].end():]) if written else None  # in digits only: 'in five hours'
+    part = tail and tail.group(1)
+    return tail is not None and (not part or not half or (half == "a") == (part.lower() == "morning"))
 
 
 # what separates the items of a list as a reply writes it: commas, 'and', ', and', semicolons
