@@ -255,6 +255,7 @@ def test_a_text_or_label_named_only_to_deny_it_is_not_named():
     assert not is_correct("He is not guilty.", "guilty") and is_correct("He is not guilty.", "not guilty")
     assert not is_correct("It is never a colour.", "colour") and is_correct("No, it is a colour.", "colour")
     assert denied("It is not a colour.", "colour") and not denied("Not blue: it is a colour.", "colour")
+    assert is_correct("The answer is C, not B.", "C", labels=["A", "B", "C", "D"]) and is_correct("C, not B.", "c")
 
 
 def test_a_time_of_day_is_one_time_however_written():

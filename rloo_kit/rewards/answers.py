@@ -580,7 +580,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
     said = normalize_text(span)
     named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
     if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
-        named = named and not any(mentions(said, other) for other in _LETTERS - {wanted})
+        named = named and not any(mentions(said, other) and not denied(span, other) for other in _LETTERS - {wanted})
     return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
             and (not in_case or _names_in_case(span, gold)))
