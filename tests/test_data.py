@@ -169,7 +169,8 @@ def test_the_article_a_in_a_question_does_not_name_the_choice_a(tmp_path):
                             for i in range(10)))
     data = load_local(str(path), answer_column="answer")
     assert data[1]["answer"] == "B" and data[1]["labels"] == ["a", "b"]
-    assert correct_answer([""] * 2, ["B, not A.", "B)"], answer=["B"] * 2, labels=[data[1]["labels"]] * 2) == [0.0, 1.0]
+    assert correct_answer([""] * 3, ["B or A.", "B)", "B, not A."], answer=["B"] * 3,
+                          labels=[data[1]["labels"]] * 3) == [0.0, 1.0, 1.0]  # a hedge; a pick; a pick and a denial
 
 
 def test_many_repeated_names_are_labels_and_a_reply_may_restate_its_questions_subject(tmp_path):
