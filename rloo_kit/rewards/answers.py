@@ -597,6 +597,13 @@ def _measure(gold: str) -> re.Match | None:
     return _MEASURE.fullmatch(gold.strip().rstrip("."))
 
 
+def _after_final(text: str, number: str) -> str | None:
+    """What `text` writes after the last place it writes `number` (its final number) in digits; None where it
+    writes it only in words. What follows says what the number is: a unit ('5 km'), an hour ('5 o'clock')."""
+    written = list(re.finditer(rf"(?<![\d.,]){re.escape(number)}(?![\d,])", text))
+    return text[written[-1].end():] if written else None
+
+
 def _in_unit(text: str, question: str, number: str, unit: str) -> bool:
     """Whether a reply's final number (`extract_answer`) is `number`, and the word right after it, where there is
     one, is `unit` written some way: the same first letter, and the shorter's letters in order in the longer
@@ -605,8 +612,8 @@ def _in_unit(text: str, question: str, number: str, unit: str) -> bool:
     said = extract_answer(text, question)
     if not answers_match(said, number):
         return False
-    written = list(re.finditer(rf"(?<![\d.,]){re.escape(said)}(?![\d,])", text))  # none where said in words
-    word = re.match(r"[ \t]*([^\W\d_]+)", text[written[-1].end():]) if written else None
+    after = _after_final(text, said)
+    word = re.match(r"[ \t]*([^\W\d_]+)", after) if after is not None else None
     if word is None:
         return True
     short, long = sorted((word.group(1).lower(), unit.split()[0].lower()), key=len)
@@ -700,9 +707,8 @@ def _says_time(text: str, question: str, gold: tuple[int, int, str]) -> bool:
     number = extract_answer(text, question)
     if minute or number is None or not re.fullmatch(r"\d{1,2}", number) or int(number) != hour:
         return False  # an hour is a number of a clock's: not '$5', nor '5.5'
-
-    written = list(re.finditer(rf"(?<![\d.,]){re.escape(number)}(?![\d,])", text))
-    tail = _HOUR_TAIL.match(text[written[-1].end():]) if written else None  # in digits only: 'in five hours'
+    after = _after_final(text, number)
+    tail = _HOUR_TAIL.match(after) if after is not None else None  # in digits only: 'in five hours'
     part = tail and tail.group(1)
     return tail is not None and (not part or not half or (half == "a") == (part.lower() == "morning"))
 
