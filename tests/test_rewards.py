@@ -233,6 +233,22 @@ def test_a_letter_named_beside_other_letters_is_a_hedge():
         assert is_correct(reply, "v", prompt=asked), reply
 
 
+def test_a_letter_the_question_names_is_restated_not_a_hedge():
+    """A held-back file of neighbouring letters (*What is the next letter of the alphabet after P?*): 'The next letter
+    after P is Q.' was a hedge of P and Q, so a right reply could never be scored right. Where the question names the
+    answer's letter too, it offers letters to choose among, and naming two of them is still a hedge."""
+    after = "What is the next letter of the alphabet after P?"
+    assert is_correct("The next letter after P is Q.", "Q", prompt=after)
+    assert is_correct("The letter after 'g' is 'h'.", "h", prompt="Which letter comes right after 'g' in the alphabet?")
+    before = "Which letter comes right before 'm' in the alphabet?"
+    assert is_correct("'l' comes right before 'm'.", "l", prompt=before)
+    assert not is_correct("The letter before m is k.", "l", prompt=before)
+    assert not is_correct("It is Q or R.", "Q", prompt=after)  # R is not the question's: a hedge
+    assert not is_correct("The next letter after P is Q.", "Q")  # without the question, P is a letter named
+    offered = "Which is a fruit? A) apple B) car C) dog"
+    assert not is_correct("A or B.", "A", prompt=offered) and is_correct("A) apple.", "A", prompt=offered)
+
+
 def test_british_and_american_spellings_of_an_answer_are_one_answer():
     labels = ["animal", "colour"]
     assert is_correct("Crimson is a color.", "colour", labels=labels)  # the label is British, the reply American

@@ -580,13 +580,23 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
     said = normalize_text(span)
     named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
     if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
-        named = named and not any(mentions(said, other) and not denied(span, other) for other in _LETTERS - {wanted})
+        others = _LETTERS - {wanted} - _letters_restated(question, wanted)
+        named = named and not any(mentions(said, other) and not denied(span, other) for other in others)
     return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
             and (not in_case or _names_in_case(span, gold)))
 
 
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one letter; 'a' and 'i' as `mentions` reads them
+
+
+def _letters_restated(question: str, wanted: str) -> set[str]:
+    """The letters a reply may name beside a one-letter answer, `wanted`, without hedging: those the question names
+    alone, where it does not name `wanted` as well (*What letter comes after P?*: 'The letter after P is Q.'). A
+    question that names the answer's letter too offers letters to choose among (*A) ... B) ...*), and a reply
+    naming two of them hedges."""
+    asked = normalize_text(question)
+    return set() if mentions(asked, wanted) else {letter for letter in _LETTERS if mentions(asked, letter)}
 
 # a number and its unit, a word or two of letters: '5 km', '3 hours', '12 apples', '20 square metres'
 _MEASURE = re.compile(rf"({NUMBER})\s*([^\W\d_]+(?:\s+[^\W\d_]+)?)")
