@@ -405,6 +405,8 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
                    "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
     proposed_rewards = _propose_length_and_brevity(report, judge, run, min(suggestion, limit))
     _fit_sampling(report, sample, judge, run.open_sampling, proposed_rewards if report.applies else (funcs, weights))
+    if report.greedy_pass_rate is None and "labels" in picked.column_names:
+        report.greedy_habit = _one_label_habit(sample, judge, report.trained.max_completion_length)
     for setup in filter(None, (asked, report.proposed, *report.colder)):
         setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
@@ -989,6 +991,20 @@ def _greedy_habit(picked: Dataset, texts: list[str], right: list[bool], match: s
     return {**marks, "replies": len(rows), "right": sum(right)} if marks else None
 
 
+def _one_label_habit(sample: _Sampler, judge: _Judge, length: int) -> dict | None:
+    """For a label task whose samples had spread enough that no greedy answers were asked for: the greedy answers,
+    where most of them give one label whatever the row (`_greedy_habit`'s one answer); None otherwise. Over five
+    label files, three pre-flights each (benchmarks/results/label-guessing-marks.md, the fp32 path), a yes-or-no
+    file's greedy answers were 'no' to most rows on all three (trained, 0.62 -> 0.62, step 0 kept) and parity's 'even'
+    on one, while those of the two label files that learn (sentiment, animal or colour) never gave one answer;
+    the other marks fell on those files too (greedy answers or samples at chance: sentiment on two of three), so a
+    warning here rests on one answer alone."""
+    greedy = sample.greedy(length)
+    texts = judge.decode(seq for (seq,) in greedy)
+    habit = _greedy_habit(judge.picked, texts, judge.correct(texts, samples=1), judge.match)
+    return habit if habit is not None and "one_answer" in habit else None
+
+
 def _habit_warning(report: PreflightReport) -> Problem:
     """The greedy answers ignore the row: a warning, as the samples may still find the rule."""
     habit = report.greedy_habit
@@ -996,7 +1012,7 @@ def _habit_warning(report: PreflightReport) -> Problem:
         "answer_habit", f"Greedy, the model is right on {habit['right']} of the {habit['replies']} probed prompts, "
         f"but {habit_words(habit)}: the rows' share of its answers, not knowledge. RLOO from such a start often "
         "moves the habit from one answer to another rather than learning the rule (a true-or-false file: 0.38 -> "
-        "0.38 held out; a multiple-choice file: 0.31 -> 0.25; parity: 0.56 -> 0.56).",
+        "0.38 held out; a multiple-choice file: 0.31 -> 0.25; parity: 0.56 -> 0.56; yes or no: 0.62 -> 0.62).",
         "train with --minutes (or a validation split), which never keeps a step whose replies ignore the row; check "
         "that the rows' answers are evenly spread (a habit earns its answer's share of the rows); or try a bigger "
         "model.", blocking=False)

@@ -257,6 +257,44 @@ def test_greedy_answers_that_ignore_the_row_are_a_habit_not_evidence_of_noise():
     assert told.sampling_measured().greedy_better is False  # nor is the health monitor told so
 
 
+def test_a_label_task_whose_greedy_answers_give_one_label_is_warned_where_its_samples_have_spread(tiny_model_dir,
+                                                                                                   monkeypatch):
+    """A yes-or-no file: 41% of prompts flat, so no greedy answers were asked for, and "no problem found"; greedy, the
+    model answered 'No.' to every row, and training learned nothing (0.62 -> 0.62, step 0 kept). A label task's
+    greedy answers are now asked for all the same, and one label given whatever the row is warned; no other mark is
+    (a sentiment file's greedy answers, which hedge, were at chance on two pre-flights of three, and it learns)."""
+    numbers = range(8)
+    yes_no = Dataset.from_dict({"prompt": [f"Is {n} even? Answer yes or no." for n in numbers],
+                                "answer": ["yes" if n % 2 == 0 else "no" for n in numbers],
+                                "labels": [["yes", "no"]] * 8})
+    module = importlib.import_module("rloo_kit.preflight_check")
+    spread = ["No.", "Yes.", "No, it is not.", "No."] * 8  # one or three of each prompt's four right: all spread
+    monkeypatch.setattr(module._Judge, "texts", lambda self, length: spread)
+    greedy = []
+
+    def preflight(replies: list[str], data: Dataset = yes_no) -> PreflightReport:
+        monkeypatch.setattr(module._Judge, "decode", lambda self, seqs: replies)  # the greedy replies
+        monkeypatch.setattr(module._Sampler, "greedy", lambda self, length: greedy.append(length) or
+                            [([0],)] * len(data))
+        return rloo_kit.preflight(model, tok, data, [correct_answer], preset="cpu", num_generations=4, n_prompts=8,
+                                  max_completion_length=8, probe_length=8, progress=False)
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    r = preflight(["No."] * 8)
+    assert r.flat_fraction == 0.0 and greedy == [8] and r.greedy_pass_rate is None  # asked, though nothing is flat
+    assert r.greedy_habit == {"one_answer": "no", "replies": 8, "right": 4} and r.kinds()[0] == "answer_habit"
+    assert "right on 4 of the 8 probed prompts, but most replies 'no' whatever the row" in r.problems[0].message
+    assert not r.problems[0].blocking and r.sampling_measured() is None  # a warning; not evidence for the sampling
+    reads = ["Yes." if n % 2 == 0 else "No." for n in numbers]
+    assert preflight(reads).greedy_habit is None
+    at_chance = ["No." if n % 4 in (0, 3) else "Yes." for n in numbers]  # right on 4 of 8, as random deals of them
+    assert module._greedy_habit(yes_no, at_chance, [n % 4 > 1 for n in numbers], "final") == {
+        "chance": 0.5, "replies": 8, "right": 4}
+    assert preflight(at_chance).greedy_habit is None  # a mark that fell on files that learn: not warned
+    greedy.clear()
+    assert preflight(["No."] * 8, yes_no.remove_columns("labels")).greedy_habit is None and greedy == []  # no labels
+
+
 def test_a_reward_that_never_pays_right_answers_is_collapse_not_noise():
     """All-or-nothing reward: every group flat at 0 although a third of the samples are right by the task's
     matching and the greedy answers more so. Colder sampling would not make that reward pay."""
