@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from datasets import Dataset
 
-from .budget import Validation, habit_words
+from .budget import HABIT_ROWS, Validation, habit_words
 from .data import validate_dataset
 from .diagnostics import SamplingMeasured
 from .errors import ConfigError, RewardError
@@ -405,8 +405,8 @@ def preflight(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizer
                    "rewards": judge.totals[length][i * k:(i + 1) * k].tolist()} for i in range(min(3, len(rows)))])
     proposed_rewards = _propose_length_and_brevity(report, judge, run, min(suggestion, limit))
     _fit_sampling(report, sample, judge, run.open_sampling, proposed_rewards if report.applies else (funcs, weights))
-    if report.greedy_pass_rate is None and "labels" in picked.column_names:
-        report.greedy_habit = _one_label_habit(sample, judge, report.trained.max_completion_length)
+    if report.greedy_pass_rate is None and "labels" in picked.column_names and not tools and len(rows) >= HABIT_ROWS:
+        report.greedy_habit = _label_habit(sample, judge, report.trained.max_completion_length)
     for setup in filter(None, (asked, report.proposed, *report.colder)):
         setup.problems = diagnose(report, setup)
     report.seconds = time.time() - start
@@ -782,7 +782,7 @@ def diagnose(report: PreflightReport, setup: Setup) -> list[Problem]:
     """The problems one setup's numbers predict, each with its cause named and its fix in this run's own
     numbers; a fix never proposes what the setup already uses."""
     problems = _unscored(setup)
-    if report.greedy_habit is not None:
+    if report.greedy_habit is not None and "one_answer" in report.greedy_habit:
         problems.append(_habit_warning(report))
     if report.tools is not None and report.tools["call_rate"] < TOOL_UNUSED_SHARE:
         problems.append(_tool_unused(report, setup))
@@ -991,22 +991,23 @@ def _greedy_habit(picked: Dataset, texts: list[str], right: list[bool], match: s
     return {**marks, "replies": len(rows), "right": sum(right)} if marks else None
 
 
-def _one_label_habit(sample: _Sampler, judge: _Judge, length: int) -> dict | None:
-    """For a label task whose samples had spread enough that no greedy answers were asked for: the greedy answers,
-    where most of them give one label whatever the row (`_greedy_habit`'s one answer); None otherwise. Over five
-    label files, three pre-flights each (benchmarks/results/label-guessing-marks.md, the fp32 path), a yes-or-no
-    file's greedy answers were 'no' to most rows on all three (trained, 0.62 -> 0.62, step 0 kept) and parity's 'even'
-    on one, while those of the two label files that learn (sentiment, animal or colour) never gave one answer;
-    the other marks fell on those files too (greedy answers or samples at chance: sentiment on two of three), so a
-    warning here rests on one answer alone."""
+def _label_habit(sample: _Sampler, judge: _Judge, length: int) -> dict | None:
+    """For a label task whose greedy answers `_fit_sampling` did not ask for (most of its prompts had spread, or were
+    flat for being cut or solved): the greedy answers' habit (`_greedy_habit`), which is warned where it is one
+    answer (`_habit_warning`). Without it a yes-or-no file whose model answers 'No.' to every row was "no problem
+    found", and trained 8 minutes for nothing (0.62 -> 0.62, step 0 kept)."""
     greedy = sample.greedy(length)
     texts = judge.decode(seq for (seq,) in greedy)
-    habit = _greedy_habit(judge.picked, texts, judge.correct(texts, samples=1), judge.match)
-    return habit if habit is not None and "one_answer" in habit else None
+    return _greedy_habit(judge.picked, texts, judge.correct(texts, samples=1), judge.match)
 
 
 def _habit_warning(report: PreflightReport) -> Problem:
-    """The greedy answers ignore the row: a warning, as the samples may still find the rule."""
+    """The greedy answers give one answer whatever the row: a warning, as the samples may still find the rule. Only
+    that mark is warned: over five label and choice files, three pre-flights each (benchmarks/results/
+    label-guessing-marks.md, the fp32 path), one answer fell on a yes-or-no file's greedy answers all three times
+    (trained, 0.62 -> 0.62) and on parity's once, and never on the files that learn, while the others fell on those
+    too (greedy answers at chance on animal or colour twice and on sentiment once). Every mark still keeps greedy
+    answers from counting as knowledge (`_greedy_beats`)."""
     habit = report.greedy_habit
     return Problem(
         "answer_habit", f"Greedy, the model is right on {habit['right']} of the {habit['replies']} probed prompts, "

@@ -255,6 +255,9 @@ def test_greedy_answers_that_ignore_the_row_are_a_habit_not_evidence_of_noise():
     assert not told.problems[0].blocking and ("right on 7 of the 16 probed prompts, but most replies 'odd' "
                                               "whatever the row") in told.problems[0].message
     assert told.sampling_measured().greedy_better is False  # nor is the health monitor told so
+    at_chance = report(greedy_pass_rate=0.53, greedy_habit={"chance": 0.5, "replies": 16, "right": 8}, **NOISY)
+    assert at_chance.kinds() == ["reward_collapse"]  # not warned (it fell on files that learn), not knowledge either
+    assert at_chance.sampling_measured().greedy_better is False
 
 
 def test_a_label_task_whose_greedy_answers_give_one_label_is_warned_where_its_samples_have_spread(tiny_model_dir,
@@ -262,7 +265,7 @@ def test_a_label_task_whose_greedy_answers_give_one_label_is_warned_where_its_sa
     """A yes-or-no file: 41% of prompts flat, so no greedy answers were asked for, and "no problem found"; greedy, the
     model answered 'No.' to every row, and training learned nothing (0.62 -> 0.62, step 0 kept). A label task's
     greedy answers are now asked for all the same, and one label given whatever the row is warned; no other mark is
-    (a sentiment file's greedy answers, which hedge, were at chance on two pre-flights of three, and it learns)."""
+    (greedy answers at chance: animal or colour on two pre-flights of three, sentiment on one, and both learn)."""
     numbers = range(8)
     yes_no = Dataset.from_dict({"prompt": [f"Is {n} even? Answer yes or no." for n in numbers],
                                 "answer": ["yes" if n % 2 == 0 else "no" for n in numbers],
@@ -290,7 +293,8 @@ def test_a_label_task_whose_greedy_answers_give_one_label_is_warned_where_its_sa
     at_chance = ["No." if n % 4 in (0, 3) else "Yes." for n in numbers]  # right on 4 of 8, as random deals of them
     assert module._greedy_habit(yes_no, at_chance, [n % 4 > 1 for n in numbers], "final") == {
         "chance": 0.5, "replies": 8, "right": 4}
-    assert preflight(at_chance).greedy_habit is None  # a mark that fell on files that learn: not warned
+    marked = preflight(at_chance)
+    assert marked.greedy_habit["chance"] == 0.5 and "answer_habit" not in marked.kinds()  # fell on files that learn
     greedy.clear()
     assert preflight(["No."] * 8, yes_no.remove_columns("labels")).greedy_habit is None and greedy == []  # no labels
 

@@ -243,10 +243,15 @@ def test_a_letter_the_question_names_is_restated_not_a_hedge():
     before = "Which letter comes right before 'm' in the alphabet?"
     assert is_correct("'l' comes right before 'm'.", "l", prompt=before)
     assert not is_correct("The letter before m is k.", "l", prompt=before)
+    assert is_correct("B comes after A.", "B", prompt="What letter comes after A in the alphabet?")
     assert not is_correct("It is Q or R.", "Q", prompt=after)  # R is not the question's: a hedge
+    assert not is_correct("P or Q.", "Q", prompt=after) and not is_correct("The letter Q comes before P.", "Q",
+                                                                           prompt=after)  # not as the question has P
+    assert not is_correct("C, D or E.", "D", prompt="Which letter comes between C and E?")
     assert not is_correct("The next letter after P is Q.", "Q")  # without the question, P is a letter named
-    offered = "Which is a fruit? A) apple B) car C) dog"
-    assert not is_correct("A or B.", "A", prompt=offered) and is_correct("A) apple.", "A", prompt=offered)
+    for offered in ("Which is a fruit? A) apple B) car C) dog", "Is the first letter of 'apple' A or B?"):
+        assert not is_correct("B or A.", "A", prompt=offered), offered  # the question names the answer's letter
+    assert is_correct("A) apple.", "A", prompt="Which is a fruit? A) apple B) car C) dog")
 
 
 def test_british_and_american_spellings_of_an_answer_are_one_answer():

@@ -580,7 +580,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
     said = normalize_text(span)
     named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
     if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
-        others = _LETTERS - {wanted} - _letters_restated(question, wanted)
+        others = _LETTERS - {wanted} - _letters_restated(span, question, wanted)
         named = named and not any(mentions(said, other) and not denied(span, other) for other in others)
     return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
@@ -590,13 +590,22 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one letter; 'a' and 'i' as `mentions` reads them
 
 
-def _letters_restated(question: str, wanted: str) -> set[str]:
-    """The letters a reply may name beside a one-letter answer, `wanted`, without hedging: those the question names
-    alone, where it does not name `wanted` as well (*What letter comes after P?*: 'The letter after P is Q.'). A
-    question that names the answer's letter too offers letters to choose among (*A) ... B) ...*), and a reply
-    naming two of them hedges."""
-    asked = normalize_text(question)
-    return set() if mentions(asked, wanted) else {letter for letter in _LETTERS if mentions(asked, letter)}
+def _letters_restated(span: str, question: str, wanted: str) -> set[str]:
+    """The letters a reply may name beside a one-letter answer, `wanted`, without hedging: those it names as the
+    question does, after the same word (*What letter comes after P?*: 'The letter after P is Q.', not 'P or Q.' nor
+    'Q comes before P.'), where the question does not name `wanted` as well. A question that names the answer's
+    letter too offers letters to choose among (*A) apple B) car*, *A or B?*), and a reply naming two of them hedges."""
+    asked = _letter_places(question)
+    if wanted in {letter for letter, _ in asked}:
+        return set()
+    return {letter for letter, before in _letter_places(span) if (letter, before) in asked}
+
+
+def _letter_places(text: str) -> set[tuple[str, str]]:
+    """Each letter `text` writes alone (a word of one letter, any case), with the word before it ('' at the start)."""
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    return {(w, words[i - 1] if i else "") for i, w in enumerate(words) if len(w) == 1}
+
 
 # a number and its unit, a word or two of letters: '5 km', '3 hours', '12 apples', '20 square metres'
 _MEASURE = re.compile(rf"({NUMBER})\s*([^\W\d_]+(?:\s+[^\W\d_]+)?)")
