@@ -122,7 +122,7 @@ def test_gguf_runs_in_llama_cpp_as_in_pytorch(tiny, tmp_path, arch):
     needs_llama_cpp()
     base, adapter = tiny[arch]
     # a random 64-wide model has near-ties that bf16 or q8_0 activations flip (measured 0.81-0.94 of 48 tokens for
-    # q8_0 over inits and adapters): exact greedy for f16 here; bf16 exact and q8_0 >= 0.9 on the real model (slow)
+    # q8_0 over inits and adapters): exact greedy for f16 here; bf16 and q8_0 >= 0.9 teacher-forced on the real model
     figures = prove_in_llama_cpp(tmp_path, adapter, base, max_new_tokens=16, exact=("f16",), bar=0.75)
     print(arch, figures)
 
@@ -387,5 +387,8 @@ def test_default_model_tokenizer_round_trips(default_model_dir):
 def test_default_model_gguf_in_llama_cpp(default_model_dir, tmp_path):
     needs_llama_cpp()
     adapter = random_adapter(default_model_dir, tmp_path / "adapter", scale=0.1)
-    figures = prove_in_llama_cpp(tmp_path, adapter, default_model_dir, max_new_tokens=24)
+    # bf16 by teacher-forced agreement, not exact greedy: on an Intel Xeon with AVX512F and no bf16 unit llama.cpp's
+    # token-by-token decode flipped a near-tie at token 21 of 24 of one prompt, where its batched pass over the same
+    # tokens agreed on every one (1.0); the AMD EPYC with AVX512-BF16 had matched exactly
+    figures = prove_in_llama_cpp(tmp_path, adapter, default_model_dir, max_new_tokens=24, exact=("f16",))
     print("SmolLM2-135M:", figures)
