@@ -530,9 +530,7 @@ def _fit_sampling(report: PreflightReport, sample: _Sampler, judge: _Judge, open
     wrong = base.pass_rate is not None and base.wrong_fraction >= base.flat_fraction / 2
     if not wrong or base.flat_fraction < enough or base.cut_without_spread >= 0.5:
         return  # spread enough, a task without answers, flat because solved, or cut
-    greedy = sample.greedy(base.max_completion_length)
-    texts = judge.decode(seq for (seq,) in greedy)
-    right = judge.correct(texts, samples=1)
+    greedy, texts, right = _greedy_replies(sample, judge, base.max_completion_length)
     report.greedy_pass_rate, report.held_against = float(np.mean(right)), base
     report.greedy_habit = _greedy_habit(judge.picked, texts, right, judge.match)
     base.prompts = [dataclasses.replace(p, greedy_right=bool(ok)) for p, ok in zip(base.prompts, right, strict=True)]
@@ -996,9 +994,16 @@ def _label_habit(sample: _Sampler, judge: _Judge, length: int) -> dict | None:
     flat for being cut or solved): the greedy answers' habit (`_greedy_habit`), which is warned where it is one
     answer (`_habit_warning`). Without it a yes-or-no file whose model answers 'No.' to every row was "no problem
     found", and trained 8 minutes for nothing (0.62 -> 0.62, step 0 kept)."""
+    _, texts, right = _greedy_replies(sample, judge, length)
+    return _greedy_habit(judge.picked, texts, right, judge.match)
+
+
+def _greedy_replies(sample: _Sampler, judge: _Judge, length: int) -> tuple[list, list[str], list[bool] | None]:
+    """The greedy answers to the probed prompts up to `length` tokens: their tokens (one a prompt), texts, and
+    whether each is right (None without answers)."""
     greedy = sample.greedy(length)
     texts = judge.decode(seq for (seq,) in greedy)
-    return _greedy_habit(judge.picked, texts, judge.correct(texts, samples=1), judge.match)
+    return greedy, texts, judge.correct(texts, samples=1)
 
 
 def _habit_warning(report: PreflightReport) -> Problem:
