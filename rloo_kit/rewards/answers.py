@@ -579,9 +579,9 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
     wanted, span, items = normalize_text(gold), _answer_span(text), list_items(gold)
     said = normalize_text(span)
     named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
-    if wanted in _LETTERS:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
+    if wanted in _LETTERS and named:  # a letter among other letters named alone is a hedge: 'the letters "V" and "L"'
         others = _LETTERS - {wanted} - _letters_restated(span, question, wanted)
-        named = named and not any(mentions(said, other) and not denied(span, other) for other in others)
+        named = not any(mentions(said, other) and not denied(span, other) for other in others)
     return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, question) and not echoes_quote(span, gold, question)
             and (not in_case or _names_in_case(span, gold)))
