@@ -20,7 +20,15 @@ from rloo_kit.rewards import (
     safe,
     tag_format,
 )
-from rloo_kit.rewards.answers import clock_time, denied, list_items, numbers_in_words, parse_number, stands_alone
+from rloo_kit.rewards.answers import (
+    clock_time,
+    completion_text,
+    denied,
+    list_items,
+    numbers_in_words,
+    parse_number,
+    stands_alone,
+)
 
 from .conftest import SHARED_GSM8K
 
@@ -252,6 +260,24 @@ def test_a_letter_the_question_names_is_restated_not_a_hedge():
     for offered in ("Which is a fruit? A) apple B) car C) dog", "Is the first letter of 'apple' A or B?"):
         assert not is_correct("B or A.", "A", prompt=offered), offered  # the question names the answer's letter
     assert is_correct("A) apple.", "A", prompt="Which is a fruit? A) apple B) car C) dog")
+
+
+def test_a_letter_is_read_in_its_sentence_of_a_chat_prompt_and_on_label_rows():
+    """Chat turns were joined with nothing between them, so a system turn's last word fused with a letter that
+    begins the user's turn and the letter went unseen; and rows with a label set (a neighbouring-letters file with
+    three rows per letter) passed no question to the letter rule, so 'The next letter after P is Q.' was a hedge."""
+    chat = [{"role": "system", "content": "Reply in one sentence"},
+            {"role": "user", "content": "Q comes after which letter?"}]
+    assert completion_text(chat) == "Reply in one sentence\nQ comes after which letter?"
+    assert is_correct("Q comes after P.", "P", prompt=chat)
+    assert not is_correct("Q comes after P.", "P", prompt="Reply in one sentenceQ comes after which letter?")
+    assert not is_correct("P or Q.", "P", prompt=chat)
+    after, labels = "What letter comes after P?", ["q", "r"]
+    assert is_correct("The next letter after P is Q.", "Q", prompt=after, labels=labels)
+    assert not is_correct("The next letter after P is Q or R.", "Q", prompt=after, labels=labels)
+    assert not is_correct("P or Q.", "Q", prompt=after, labels=labels + ["p"])
+    assert is_correct("Positive.", "positive", prompt="Positive or negative: 'I loved it'?",
+                      labels=["positive", "negative"])  # a label the question offers is still named
 
 
 def test_british_and_american_spellings_of_an_answer_are_one_answer():

@@ -23,12 +23,13 @@ _ANSWER_PATTERNS = (  # most explicit first; the last number in the text is the 
 )
 
 def completion_text(completion) -> str:
-    """The text of one completion, whether a string or a list of chat messages."""
+    """The text of one completion, whether a string or a list of chat messages, one line each (a system turn's
+    last word and the user's first stay two words)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
-    return "".join(str(m.get("content", "")) for m in completion)
+    return "\n".join(str(m.get("content", "")) for m in completion)
 
 def parse_number(text: str | None) -> float | None:
     """'1,234' / '$18.00' / '45%' / '-3' / '−3' -> float; None when it is not a number, as '3,5,9' (a list) and
@@ -175,11 +176,11 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     if match == "final" and choices:
         pick = picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
         return pick is not None and any(answers_match(pick, g) for g in accepted)
-    asked = completion_text(prompt) if prompt is not None and not labels else ""
-    if not any(_matches(text, g, match, asked, cased=not labels) for g in accepted):
+    asked = completion_text(prompt) if prompt is not None else ""
+    if not any(_matches(text, g, match, asked, label=bool(labels)) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
-    return match == "exact" or not any(_matches(text, lab, match) for lab in others)
+    return match == "exact" or not any(_matches(text, lab, match, label=True) for lab in others)
 
 def answered_earlier(completion, gold, prompt=None, labels: Sequence[str] | None = None,
                      choices: Sequence[str] | None = None) -> bool:
@@ -553,12 +554,15 @@ def _words(text: str) -> list[str]:
 def _found(words: list[str], phrases: list[list[str]]) -> list[int]:
     return [i for i in range(len(words)) if any(words[i:i + len(p)] == p for p in phrases)]
 
-def _matches(text: str, gold: str, match: str, question: str = "", cased: bool = False) -> bool:
+def _matches(text: str, gold: str, match: str, question: str = "", label: bool = False) -> bool:
     """`is_correct`'s rule for one accepted answer; with match="final", a text answer the reply names only in
-    restating `question` (`restates`) is not matched; with `cased`, an answer whose case is part of it
-    (`keeps_case`) is matched in its own case."""
+    restating `question` (`restates`) is not matched, and an answer whose case is part of it (`keeps_case`) is
+    matched in its own case. A `label` is matched case aside and may be named as the question names it ('positive
+    or negative?' asks for 'positive'); the question still tells which letters beside a one-letter label it
+    restates ('The next letter after P is Q.')."""
     numeric = parse_number(gold) is not None
-    in_case = cased and not numeric and keeps_case(gold, question)
+    restating = "" if label else question
+    in_case = not label and not numeric and keeps_case(gold, question)
     clock = clock_time(gold)
     if match == "exact":
         reply = text.strip().rstrip(".").strip()
@@ -570,12 +574,12 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
         same = names_list(reply, items, whole=True) if items else answers_match(reply, gold)
         return same and (not in_case or _names_in_case(reply, gold))
     if numeric:
-        return answers_match(extract_answer(text, question), gold)
+        return answers_match(extract_answer(text, restating), gold)
     if clock:  # '5 PM': the reply's last time of day ('5:00 p.m.', '17:00'), else its final number as the hour
-        return _says_time(text, question, clock)
+        return _says_time(text, restating, clock)
     measure = _measure(gold)
     if measure:  # '5 km': the reply's final number, in the gold's unit where it names one ('5 kilometres', '5')
-        return _in_unit(text, question, *measure.groups())
+        return _in_unit(text, restating, *measure.groups())
     wanted, span, items = normalize_text(gold), _answer_span(text), list_items(gold)
     said = normalize_text(span)
     named = names_list(span, items) if items else mentions(said, wanted) and stands_alone(span, wanted)
@@ -583,7 +587,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", cased: bool =
         others = _LETTERS - {wanted} - _letters_restated(span, question, wanted)
         named = not any(mentions(said, other) and not denied(span, other) for other in others)
     return (bool(wanted) and named and not denied(span, wanted)
-            and not restates(span, gold, question) and not echoes_quote(span, gold, question)
+            and not restates(span, gold, restating) and not echoes_quote(span, gold, restating)
             and (not in_case or _names_in_case(span, gold)))
 
 
@@ -602,9 +606,13 @@ def _letters_restated(span: str, question: str, wanted: str) -> set[str]:
 
 
 def _letter_places(text: str) -> set[tuple[str, str]]:
-    """Each letter `text` writes alone (a word of one letter, any case), with the word before it ('' at the start)."""
-    words = re.findall(r"[^\W\d_]+", text.lower())
-    return {(w, words[i - 1] if i else "") for i, w in enumerate(words) if len(w) == 1}
+    """Each letter `text` writes alone (a word of one letter, any case), with the word before it in its sentence or
+    line ('' at the start: *Q comes after which letter?* and 'Q comes after P.' place Q alike)."""
+    places = set()
+    for part in re.split(r"[.!?\n]+", text.lower()):
+        words = re.findall(r"[^\W\d_]+", part)
+        places |= {(w, words[i - 1] if i else "") for i, w in enumerate(words) if len(w) == 1}
+    return places
 
 
 # a number and its unit, a word or two of letters: '5 km', '3 hours', '12 apples', '20 square metres'
