@@ -63,7 +63,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 ONE_ANSWER_MIN_ROWS = 8  # fewer held-out replies say little about a habit (validation passes ask for fewer)
 ONE_ANSWER_SHARE = 0.8  # of the replies giving one answer ...
 ONE_ANSWER_RIGHT = 0.6  # ... while it is the right answer for at most this share of their prompts
-ONE_PLACE_AGAINST = 4  # rows whose answer sits elsewhere, at least, to tell a habit of one place from knowing
+# rows whose answer sits elsewhere (another place; for `one_answer` another answer), at least, to tell a habit of
+# one place or one answer from knowing
+ONE_PLACE_AGAINST = 4
 # ... on more than this share of which the replies still pick that place: the place, not the question, chooses. A
 # number-choice run picked the first number on 21 of 24 held-out pairs, 7 of the 9 whose larger came second (right on
 # 2 of those, 14 of the other 15); asked for 0.8 of them, the check let it pass as +0.38 learned
@@ -108,21 +110,26 @@ class EvalReport:
 
     def one_answer(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies give one answer whatever the prompt while it is right for far fewer (a label task's
-        model that learned a favourite label, not the task; the same number to every sum): that answer, how many
-        replies give it, and for how many of them it is right. None where the answers vary or it is mostly right,
-        or where fewer than `min_rows` replies say little about a habit."""
+        model that learned a favourite label, not the task; the same number to every sum), or while it is right for
+        most but given on most of the rows it is wrong for (a parity file two thirds even, answered 'even' on 15 of
+        16 rows): that answer, how many replies give it, and for how many of them it is right. None where the
+        answers vary or follow the rows, or where fewer than `min_rows` replies say little about a habit."""
         rows, counts, spelled = self._answers_given()
         if len(rows) < min_rows or not counts:
             return None
-        value, given = counts.most_common(1)[0]
+        value, _ = counts.most_common(1)[0]
         answer = spelled[value]
         # a row whose labels leave this answer out, as its question names it (*1 day before Tuesday?*), reads as no
         # label in a reply that gives it ('Tuesday.'): such replies give it all the same
-        given += sum(r["predicted"] is None and is_correct(r["completion"], answer) for r in rows)
-        right = _right_for(answer, rows)
-        if given < ONE_ANSWER_SHARE * len(rows) or right > ONE_ANSWER_RIGHT * len(rows):
+        giving = [r for r in rows if (_one_value(r["predicted"]) == value if r["predicted"] is not None
+                                      else is_correct(r["completion"], answer))]
+        right, kept = _right_for(answer, rows), len(giving) - _right_for(answer, giving)
+        against = len(rows) - right
+        ignores_rows = right <= ONE_ANSWER_RIGHT * len(rows) or (against >= ONE_PLACE_AGAINST
+                                                                 and kept > ONE_PLACE_KEPT * against)
+        if len(giving) < ONE_ANSWER_SHARE * len(rows) or not ignores_rows:
             return None
-        return {"answer": answer, "replies": len(rows), "given": given, "right": right}
+        return {"answer": answer, "replies": len(rows), "given": len(giving), "right": right}
 
     def one_place(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies to choice questions pick the choice at one place in the question's list (the first

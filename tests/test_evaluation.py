@@ -176,6 +176,19 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 
 
+def test_the_majority_label_given_on_the_rows_it_is_wrong_for_is_a_habit():
+    """A parity file's greedy answers said 'even' to 84-94% of rows where 'even' was the answer of 66-69%: right for
+    most rows, so not marked, though the model ignored the row. The rows of the other label tell it from knowing."""
+    labels, golds = ["even", "odd"], ["even"] * 11 + ["odd"] * 5
+    habit = _answered(["It is even."] * 15 + ["It is odd."], golds, labels)
+    assert habit.one_answer() == {"answer": "even", "replies": 16, "given": 15, "right": 11}
+    learned = ["It is even."] * 10 + ["It is odd."] + ["It is odd."] * 4 + ["It is even."]  # wrong on two rows
+    assert _answered(learned, golds, labels).one_answer() is None
+    skewed = ["even"] * 12 + ["odd"] * 4  # three rows in four even: 'even' on one odd row is knowing the rest
+    assert _answered(["It is even."] * 13 + ["It is odd."] * 3, skewed, labels).one_answer() is None
+    assert _answered(["It is even."] * 16, skewed, labels).one_answer()["given"] == 16  # every odd row 'even' too
+
+
 def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not():
     """A number-choice run learned '<first number> is larger than <second>.': right wherever the larger came first,
     wrong on every other row (here on every pair; the run's own replies did so on 22 of 24)."""
