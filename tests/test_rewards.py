@@ -379,13 +379,16 @@ def test_a_text_answer_named_only_where_the_reply_repeats_its_question_is_not_it
 def test_a_reply_that_repeats_the_quoted_text_its_answer_is_in_is_no_answer():
     """A held-back last-word file learned in 10 steps to reply with the whole quoted sentence, which ends on the
     answer: scored right on all 16 held-out prompts (0.12 -> 1.00). Naming most of the quotation's other words is
-    repeating it; naming the answer, with the question's own wording around it, is an answer."""
+    repeating it; naming the answer, with the question's own wording around it, is an answer, the quotation
+    repeated before it or not."""
     from rloo_kit.rewards import correct_answer
 
     question = "What is the last word of the sentence 'bird happily loudly cat children'? Reply with the word."
     replies = ["bird happily loudly children.", "Children.", 'The last word of the sentence is "children".',
-               "In 'bird happily loudly cat children', the last word is children.", "cat children."]
-    assert correct_answer([question] * 5, replies, answer=["children"] * 5) == [0.0, 1.0, 1.0, 0.0, 1.0]
+               "In 'bird happily loudly cat children', the last word is children.", "cat children.",
+               "In 'bird happily loudly cat children', the last word is cat.",
+               "The last word of 'bird happily loudly cat children' is 'bird happily loudly cat children'."]
+    assert correct_answer([question] * 7, replies, answer=["children"] * 7) == [0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
     sky = "What's the last word of 'the sky is blue'?"  # an apostrophe opens no quotation
     assert is_correct("The last word is blue.", "blue", prompt=sky) and not is_correct("Sky is blue.", "blue",
                                                                                        prompt=sky)

@@ -495,7 +495,8 @@ _QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]((?:[^'"\u2018\u2019\u201c\u201d
 def echoes_quote(span: str, gold: str, question: str) -> bool:
     """Whether `span` repeats the text `question` quotes around `gold` rather than picking the answer out of it: an
     unbroken run of its words, the answer among them, is the quotation in order (a word of it may be left out) and
-    at least three of its words, and three quarters of them. A held-back last-word file (*What is the last word of
+    at least three of its words, and three quarters of them, and the reply names the answer nowhere else
+    (*In 'cat played big the house', the last word is house.* answers). A held-back last-word file (*What is the last word of
     the sentence 'cat played big the house'?*) learned in 10 steps to reply with the whole sentence, which ends on
     its last word, and was scored right on every held-out prompt. *The last word is house.* repeats none of the
     others (articles aside), and *Tom gave it to Mary.* (for *In 'Tom gave Mary a book', who received the book?*)
@@ -515,10 +516,15 @@ def echoes_quote(span: str, gold: str, question: str) -> bool:
         if not _found(words, [wanted]):
             continue
         need = max(3, -(-3 * len(words) // 4))  # three quarters, rounded up
-        for start in range(len(said)):
+        rest, start, echoed = [], 0, False
+        while start < len(said):
             run = _in_order(said[start:], words)
             if len(run) >= need and _found(run, [wanted]):
-                return True
+                rest, start, echoed = rest + ["|"], start + len(run), True  # "|": no phrase spans an echo
+            else:
+                rest, start = rest + [said[start]], start + 1
+        if echoed and not _found(rest, [wanted]):
+            return True
     return False
 
 
