@@ -496,9 +496,9 @@ def echoes_quote(span: str, gold: str, question: str) -> bool:
     """Whether `span` repeats the text `question` quotes around `gold` rather than picking the answer out of it: an
     unbroken run of its words, the answer among them, is the quotation in order (a word of it may be left out) and
     at least three of its words, and three quarters of them, and the reply names the answer nowhere else
-    (*In 'cat played big the house', the last word is house.* answers). A held-back last-word file (*What is the last word of
-    the sentence 'cat played big the house'?*) learned in 10 steps to reply with the whole sentence, which ends on
-    its last word, and was scored right on every held-out prompt. *The last word is house.* repeats none of the
+    (*In 'cat played big the house', the last word is house.* answers). A held-back last-word file (*What is the last
+    word of the sentence 'cat played big the house'?*) learned in 10 steps to reply with the whole sentence, which
+    ends on its last word, and was scored right on every held-out prompt. *The last word is house.* repeats none of the
     others (articles aside), and *Tom gave it to Mary.* (for *In 'Tom gave Mary a book', who received the book?*)
     puts words of its own between them: both are answers.
 
