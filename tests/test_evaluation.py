@@ -187,6 +187,11 @@ def test_the_majority_label_given_on_the_rows_it_is_wrong_for_is_a_habit():
     skewed = ["even"] * 12 + ["odd"] * 4  # three rows in four even: 'even' on one odd row is knowing the rest
     assert _answered(["It is even."] * 13 + ["It is odd."] * 3, skewed, labels).one_answer() is None
     assert _answered(["It is even."] * 16, skewed, labels).one_answer()["given"] == 16  # every odd row 'even' too
+    silent = ["It is even."] * 10 + ["I cannot tell."] * 2 + ["It is even."] * 3 + ["It is odd."]  # 2 say nothing
+    assert _answered(silent, golds, labels).one_answer() == {"answer": "even", "replies": 14, "given": 13,
+                                                             "right": 10}
+    few = ["It is even."] * 4 + ["No idea."] * 12  # four answers say little about a habit
+    assert _answered(few, golds, labels).one_answer(min_rows=5) is None
 
 
 def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not():
