@@ -96,7 +96,8 @@ class RunReport:
         """Why nothing was trained when the pre-flight stopped the run, with what to do; None otherwise."""
         if self.trained or not self.preflight or self.preflight["ok"]:
             return None
-        return (f"Not trained: {_cannot_learn(self.preflight['problems'], 'force=True (--force on the command line)')}"
+        blocking = self.preflight.get("blocking", self.preflight["problems"])  # metrics.json of 0.2 has no "blocking"
+        return (f"Not trained: {_cannot_learn(blocking, 'force=True (--force on the command line)')}"
                 f" The model is unchanged: held-out accuracy {_fmt(self.accuracy_before)}.")
 
     def lines(self) -> list[str]:
@@ -123,8 +124,8 @@ class RunReport:
             out.append(f"  sampled at temperature {b['temperature']:g} ({b['samples']} a prompt, as training samples): "
                        f"before {_fmt(b['accuracy'])} -> after {_fmt(a.get('accuracy'))}")
         if one := self.one_answer:
-            out.append(f"  one answer to every prompt: {one['given']} of {one['replies']} held-out replies answer "
-                       f"'{one['answer']}', the right answer for {one['right']} of the {one['replies']} prompts: a "
+            out.append(f"  one answer to every prompt: {one['given']} of the {one['replies']} held-out replies that "
+                       f"answer say '{one['answer']}', the right answer for {one['right']} of those prompts: a "
                        "favourite answer, not (yet) the task. Read its replies (evaluation_after.json); where the "
                        "training reward was still rising, train longer (--minutes keeps the best validation step).")
         if place := self.one_place:
@@ -244,7 +245,8 @@ class Run:
         """RunRefused naming the pre-flight's causes when `cannot_learn(force)`: the notebook's stop."""
         if self.cannot_learn(force):
             report = self.preflight_report
-            kinds = report.kinds() if report is not None else self.report.preflight["problems"]  # resumed
+            kinds = (report.blocking_kinds() if report is not None  # resumed: as metrics.json recorded them
+                     else self.report.preflight.get("blocking", self.report.preflight["problems"]))
             raise RunRefused("Not training: " + _cannot_learn(kinds, "FORCE = True in the notebook (--force on the "
                                                                      "command line)"))
 
@@ -501,7 +503,8 @@ def trained_settings(adapter: str | Path) -> dict:
 
 
 def _cannot_learn(problems: list[str], force: str) -> str:
-    """The pre-flight's refusal, one sentence for every place that refuses a run."""
+    """The pre-flight's refusal, one sentence for every place that refuses a run; `problems`: the blocking ones (a
+    warning printed beside them does not stop a run, so it is not named as a cause)."""
     return (f"the pre-flight says the run that would be trained cannot learn ({', '.join(problems)}); its fixes are "
             f"above, and {force} trains anyway.")
 
@@ -522,4 +525,4 @@ def _preflight_summary(report: PreflightReport) -> dict:
             "num_generations": report.num_generations, "probe_length": report.probe_length,
             "greedy_pass_rate": report.greedy_pass_rate, "colder": [figures(s) for s in report.colder],
             "widened_from": report.widened_from, **figures(report.trained), "as_asked": figures(report.asked),
-            "prompts": [asdict(p) for p in report.prompts]}
+            "prompts": [asdict(p) for p in report.prompts], "blocking": report.blocking_kinds()}

@@ -246,6 +246,10 @@ class PreflightReport:
     def kinds(self) -> list[str]:
         return [p.kind for p in self.problems]
 
+    def blocking_kinds(self) -> list[str]:
+        """The problems that stop the run, without the warnings: what a refusal names as its causes."""
+        return [p.kind for p in self.problems if p.blocking]
+
     def raise_if_unscored(self) -> None:
         """A reward that scores nothing is a bug to fix, not a run to force: RewardError with the fix."""
         for p in self.problems:
