@@ -109,32 +109,28 @@ class EvalReport:
         return sum(bool(r.get("answered_earlier")) for r in self.completions)
 
     def one_answer(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
-        """Where most replies give one answer whatever the prompt while it is right for far fewer (a label task's
-        model that learned a favourite label, not the task; the same number to every sum), or while it is right for
-        most but given on most of the rows it is wrong for (a parity file two thirds even, answered 'even' on 15 of
-        16 rows). Counted over the replies that give an answer: a parity pre-flight's greedy replies said 'even' to
-        25 of the 27 that named a parity, 7 of 9 odd rows among them, and nothing on 5. That answer, how many
-        replies give an answer, how many give it, and for how many of them it is right. None where the answers vary
-        or follow the rows, or where fewer than `min_rows` answers say little about a habit."""
+        """Where most replies give one answer whatever the prompt: while it is right for far fewer (a label task's
+        model that learned a favourite label, not the task; the same number to every sum), or, given to more than
+        half, on most of the rows it is wrong for (a parity file two thirds even, whose greedy replies said 'even' to
+        25 of 32 numbers, 7 of the 9 odd ones that named a parity among them). That answer, how many replies there
+        are, how many give it, and for how many of their prompts it is right. None where the answers vary or follow
+        the rows, or where fewer than `min_rows` replies say little about a habit."""
         rows, counts, spelled = self._answers_given()
-        if not counts:
+        if len(rows) < min_rows or not counts:
             return None
         value, _ = counts.most_common(1)[0]
         answer = spelled[value]
         # a row whose labels leave this answer out, as its question names it (*1 day before Tuesday?*), reads as no
         # label in a reply that gives it ('Tuesday.'): such replies give it all the same
-        gives = [_one_value(r["predicted"]) == value if r["predicted"] is not None
-                 else is_correct(r["completion"], answer) for r in rows]
-        answered = [r for r, g in zip(rows, gives, strict=True) if g or r["predicted"] is not None]
-        given = sum(gives)
-        right = _right_for(answer, answered)
-        kept = given - _right_for(answer, [r for r, g in zip(rows, gives, strict=True) if g])
-        against = len(answered) - right
-        ignores_rows = right <= ONE_ANSWER_RIGHT * len(answered) or (against >= ONE_PLACE_AGAINST
-                                                                     and kept > ONE_PLACE_KEPT * against)
-        if len(answered) < min_rows or given < ONE_ANSWER_SHARE * len(answered) or not ignores_rows:
+        giving = [r for r in rows if (_one_value(r["predicted"]) == value if r["predicted"] is not None
+                                      else is_correct(r["completion"], answer))]
+        given, right = len(giving), _right_for(answer, rows)
+        against, kept = len(rows) - right, len(giving) - _right_for(answer, giving)
+        favourite = given >= ONE_ANSWER_SHARE * len(rows) and right <= ONE_ANSWER_RIGHT * len(rows)
+        kept_against = given > len(rows) / 2 and against >= ONE_PLACE_AGAINST and kept > ONE_PLACE_KEPT * against
+        if not (favourite or kept_against):
             return None
-        return {"answer": answer, "replies": len(answered), "given": given, "right": right}
+        return {"answer": answer, "replies": len(rows), "given": given, "right": right}
 
     def one_place(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies to choice questions pick the choice at one place in the question's list (the first

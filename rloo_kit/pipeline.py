@@ -124,8 +124,8 @@ class RunReport:
             out.append(f"  sampled at temperature {b['temperature']:g} ({b['samples']} a prompt, as training samples): "
                        f"before {_fmt(b['accuracy'])} -> after {_fmt(a.get('accuracy'))}")
         if one := self.one_answer:
-            out.append(f"  one answer to every prompt: {one['given']} of the {one['replies']} held-out replies that "
-                       f"answer say '{one['answer']}', the right answer for {one['right']} of those prompts: a "
+            out.append(f"  one answer to every prompt: {one['given']} of {one['replies']} held-out replies answer "
+                       f"'{one['answer']}', the right answer for {one['right']} of the {one['replies']} prompts: a "
                        "favourite answer, not (yet) the task. Read its replies (evaluation_after.json); where the "
                        "training reward was still rising, train longer (--minutes keeps the best validation step).")
         if place := self.one_place:

@@ -123,7 +123,7 @@ def test_train_stops_before_a_run_that_cannot_learn(tiny_model_dir, tmp_path, ca
     m = json.loads((out / "metrics.json").read_text())
     assert m["trained"] is False and m["steps"] == 0 and m["accuracy_after"] == m["accuracy_before"] == 0.0
     assert m["preflight"]["problems"][0] in ("reward_collapse", "truncation") and not m["preflight"]["ok"]
-    assert m["preflight"]["problems"][0] in captured.err and not (out / "adapter").exists()
+    assert m["preflight"]["blocking"][0] in captured.err and not (out / "adapter").exists()
 
     load_model = rloo_kit.models.load_model
     with monkeypatch.context() as patched:

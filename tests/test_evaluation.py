@@ -188,10 +188,11 @@ def test_the_majority_label_given_on_the_rows_it_is_wrong_for_is_a_habit():
     assert _answered(["It is even."] * 13 + ["It is odd."] * 3, skewed, labels).one_answer() is None
     assert _answered(["It is even."] * 16, skewed, labels).one_answer()["given"] == 16  # every odd row 'even' too
     silent = ["It is even."] * 10 + ["I cannot tell."] * 2 + ["It is even."] * 3 + ["It is odd."]  # 2 say nothing
-    assert _answered(silent, golds, labels).one_answer() == {"answer": "even", "replies": 14, "given": 13,
-                                                             "right": 10}
-    few = ["It is even."] * 4 + ["No idea."] * 12  # four answers say little about a habit
-    assert _answered(few, golds, labels).one_answer(min_rows=5) is None
+    assert _answered(silent, golds, labels).one_answer() == {"answer": "even", "replies": 16, "given": 13,
+                                                             "right": 11}
+    half = ["It is even."] * 3 + ["No idea."] * 8 + ["It is even."] * 5  # every odd row 'even', but 8 of 16 in all
+    assert _answered(half, golds, labels).one_answer() is None
+    assert _answered(["It is even."] * 4 + half[4:], golds, labels).one_answer()["given"] == 9  # more than half
 
 
 def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not():

@@ -60,8 +60,7 @@ def test_a_refused_runs_report_says_it_was_not_trained_and_how_to_force_it():
     trained = RunReport(**common, preflight={"ok": True, "problems": []}, trained=True, steps=30)
     assert trained.refusal() is None and trained.lines()[0].startswith("held-out accuracy: before 0.17")
     habit = RunReport(**common, trained=True, one_answer={"answer": "colour", "replies": 13, "given": 12, "right": 6})
-    assert ("12 of the 13 held-out replies that answer say 'colour', the right answer for 6 of those prompts"
-            in habit.lines()[-1])
+    assert "12 of 13 held-out replies answer 'colour', the right answer for 6 of the 13 prompts" in habit.lines()[-1]
     first = RunReport(**common, trained=True, one_place={"place": 1, "replies": 24, "given": 22, "against": 9,
                                                          "kept": 8})
     assert ("22 of 24 held-out replies pick the choice offered first, 8 of them on the 9 prompts whose answer is "

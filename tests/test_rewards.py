@@ -271,11 +271,17 @@ def test_a_letter_is_read_in_its_sentence_of_a_chat_prompt_and_on_label_rows():
     assert completion_text(chat) == "Reply in one sentence\nQ comes after which letter?"
     assert is_correct("Q comes after P.", "P", prompt=chat)
     assert not is_correct("Q comes after P.", "P", prompt="Reply in one sentenceQ comes after which letter?")
-    assert not is_correct("P or Q.", "P", prompt=chat)
+    assert not is_correct("P or Q.", "P", prompt=chat) and not is_correct("Q or P.", "P", prompt=chat)
+    before = [{"role": "system", "content": "Answer with a letter."},
+              {"role": "user", "content": "P comes before which letter?"}]
+    assert is_correct("P comes before Q.", "Q", prompt=before)  # P opens both sentences, before 'comes'
+    assert not is_correct("P or Q.", "Q", prompt=before) and not is_correct("P, Q.", "Q", prompt=before)
+    assert not is_correct("P or Q.", "Q", prompt="What comes after P? P is a consonant.")
     after, labels = "What letter comes after P?", ["q", "r"]
     assert is_correct("The next letter after P is Q.", "Q", prompt=after, labels=labels)
     assert not is_correct("The next letter after P is Q or R.", "Q", prompt=after, labels=labels)
     assert not is_correct("P or Q.", "Q", prompt=after, labels=labels + ["p"])
+    assert predicted_answer("The next letter after P is Q.", labels, prompt=after) == "q"  # as it is scored
     assert is_correct("Positive.", "positive", prompt="Positive or negative: 'I loved it'?",
                       labels=["positive", "negative"])  # a label the question offers is still named
 
@@ -402,6 +408,10 @@ def test_an_answer_that_names_words_of_a_short_quotation_in_its_own_sentence_is_
     assert is_correct("Tom gave it to Mary.", "Mary", prompt=book) and is_correct("Mary received it.", "Mary",
                                                                                   prompt=book)
     assert not is_correct("Tom gave Mary a book.", "Mary", prompt=book)
+    assert not is_correct("Tom gave Mary a book, not Mary.", "Mary", prompt=book)  # named apart only to deny it
+    dog = 'What is the last word of this sentence: "lazy fox jumps dog"?'
+    assert not is_correct("lazy fox jumps dog jumps dog", "dog", prompt=dog)  # a stutter of the quotation
+    assert is_correct('The last word of the sentence "lazy fox jumps dog" is dog.', "dog", prompt=dog)
     rude = "What is the last word of 'I don't know you'? Reply with the word."
     assert not is_correct("I don't know you.", "you", prompt=rude) and is_correct("You.", "you", prompt=rude)
 

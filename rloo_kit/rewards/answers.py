@@ -212,7 +212,7 @@ def predicted_answer(completion, labels: Sequence[str] | None = None, match: str
     if choices:
         return picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
     if labels:
-        return next((label for label in labels if is_correct(text, label, match, labels=labels)), None)
+        return next((label for label in labels if is_correct(text, label, match, prompt=prompt, labels=labels)), None)
     time = answer_time(text)
     if time is not None:
         return time_text(time)
@@ -523,9 +523,18 @@ def echoes_quote(span: str, gold: str, question: str) -> bool:
                 rest, start, echoed = rest + ["|"], start + len(run), True  # "|": no phrase spans an echo
             else:
                 rest, start = rest + [said[start]], start + 1
-        if echoed and not _found(rest, [wanted]):
+        if echoed and not _answers_apart(rest, words, gold):
             return True
     return False
+
+
+def _answers_apart(rest: list[str], quoted: list[str], gold: str) -> bool:
+    """Whether the words of a reply outside its echoes of a quotation (`rest`, "|" where an echo was) name `gold`,
+    not to deny it, among words of the reply's own: 'the last word is children' after the echo answers; 'not Mary'
+    and a stutter of the quotation's words ('jumps dog') do not."""
+    said = " ".join(w for w in rest if w != "|")
+    return (bool(_found(rest, [_words(gold)])) and any(w not in quoted for w in rest if w != "|")
+            and not denied(said, gold))
 
 
 def _in_order(said: list[str], words: list[str]) -> list[str]:
@@ -608,16 +617,18 @@ def _letters_restated(span: str, question: str, wanted: str) -> set[str]:
     asked = _letter_places(question)
     if wanted in {letter for letter, _ in asked}:
         return set()
-    return {letter for letter, before in _letter_places(span) if (letter, before) in asked}
+    return {letter for letter, place in _letter_places(span) if (letter, place) in asked}
 
 
 def _letter_places(text: str) -> set[tuple[str, str]]:
-    """Each letter `text` writes alone (a word of one letter, any case), with the word before it in its sentence or
-    line ('' at the start: *Q comes after which letter?* and 'Q comes after P.' place Q alike)."""
+    """Each letter `text` writes alone (a word of one letter, any case), with its place: the word before it in its
+    sentence or line ('after'), or, where it opens one, '^' and the word after it ('^comes'): *Q comes after which
+    letter?* and 'Q comes after P.' place Q alike, 'Q or P.' does not."""
     places = set()
     for part in re.split(r"[.!?\n]+", text.lower()):
         words = re.findall(r"[^\W\d_]+", part)
-        places |= {(w, words[i - 1] if i else "") for i, w in enumerate(words) if len(w) == 1}
+        places |= {(w, words[i - 1] if i else "^" + (words[1] if len(words) > 1 else ""))
+                   for i, w in enumerate(words) if len(w) == 1}
     return places
 
 
