@@ -91,16 +91,15 @@ def summary(report: dict) -> dict:
     return {"ok": report["ok"], "verdict": report["verdict"], "problems": report["kinds"],
             "seconds": round(report["seconds"], 1), "probe_length": report["probe_length"],
             "widened_from": report["widened_from"], **figures({**report, "problems": report["problems"]}),
-            "as_asked": figures(report["asked"])}
+            "as_asked": figures(report["asked"]), "blocking": [p["kind"] for p in report["problems"] if p["blocking"]]}
 
 
 def verdict(r: dict) -> str:
     pre = r["preflight"]
     if pre is None:
         return "refused before training: " + (r["refused_by"] or f"exit {r['exit_code']}").removeprefix("rloo-kit: ")
-    warnings = [k for k in pre["problems"]]
-    return ("can learn" if pre["ok"] else "cannot learn (refused)") + (
-        f" [{', '.join(warnings)}]" if warnings else "")
+    kinds = [k if k in pre.get("blocking", pre["problems"]) else f"{k} (warning)" for k in pre["problems"]]
+    return ("can learn" if pre["ok"] else "cannot learn (refused)") + (f" [{', '.join(kinds)}]" if kinds else "")
 
 
 def goals(runs: list[dict]) -> list[str]:

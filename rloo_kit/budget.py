@@ -55,7 +55,8 @@ SOLVED_FLAT_STEPS = 5
 @dataclass(frozen=True)
 class Validation:
     """One greedy pass over the validation rows: right or not, row by row; the answer that most replies gave
-    whatever the row where one did while it is right for few of them (`EvalReport.one_answer`), else None; the
+    whatever the row where one did (`EvalReport.one_answer`: right for few of them, or given on most rows it is
+    wrong for), else None; the
     place in each list of choices that most replies picked whatever the row (`EvalReport.one_place`, 1 the first),
     else None; the rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`),
     where known, and the share of such deals right on as many rows as the replies are (`EvalReport.chance_share`);
