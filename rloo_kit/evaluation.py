@@ -110,11 +110,12 @@ class EvalReport:
 
     def one_answer(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies give one answer whatever the prompt: while it is right for far fewer (a label task's
-        model that learned a favourite label, not the task; the same number to every sum), or, given to more than
-        half, on most of the rows it is wrong for (a parity file two thirds even, whose greedy replies said 'even' to
-        25 of 32 numbers, 7 of the 9 odd ones that named a parity among them). That answer, how many replies there
-        are, how many give it, and for how many of their prompts it is right. None where the answers vary or follow
-        the rows, or where fewer than `min_rows` replies say little about a habit."""
+        model that learned a favourite label, not the task; the same number to every sum), or on most of the rows it
+        is wrong for (a parity file 69% even, whose greedy replies said 'even' to 9 of 10 odd numbers). That answer,
+        how many replies there are, how many give it, and for how many of their prompts it is right. None where the
+        answers vary or follow the rows, or where fewer than `min_rows` replies say little about a habit. Given to
+        more than half of the replies (not ONE_ANSWER_SHARE), a favourite kept on the rows it is wrong for fell on
+        the base model of a label file that learns (animal or colour: 'colour' to most greedy replies)."""
         rows, counts, spelled = self._answers_given()
         if len(rows) < min_rows or not counts:
             return None
@@ -126,9 +127,8 @@ class EvalReport:
                                       else is_correct(r["completion"], answer))]
         given, right = len(giving), _right_for(answer, rows)
         against, kept = len(rows) - right, len(giving) - _right_for(answer, giving)
-        favourite = given >= ONE_ANSWER_SHARE * len(rows) and right <= ONE_ANSWER_RIGHT * len(rows)
-        kept_against = given > len(rows) / 2 and against >= ONE_PLACE_AGAINST and kept > ONE_PLACE_KEPT * against
-        if not (favourite or kept_against):
+        kept_against = against >= ONE_PLACE_AGAINST and kept > ONE_PLACE_KEPT * against
+        if given < ONE_ANSWER_SHARE * len(rows) or not (right <= ONE_ANSWER_RIGHT * len(rows) or kept_against):
             return None
         return {"answer": answer, "replies": len(rows), "given": given, "right": right}
 

@@ -187,12 +187,9 @@ def test_the_majority_label_given_on_the_rows_it_is_wrong_for_is_a_habit():
     skewed = ["even"] * 12 + ["odd"] * 4  # three rows in four even: 'even' on one odd row is knowing the rest
     assert _answered(["It is even."] * 13 + ["It is odd."] * 3, skewed, labels).one_answer() is None
     assert _answered(["It is even."] * 16, skewed, labels).one_answer()["given"] == 16  # every odd row 'even' too
-    silent = ["It is even."] * 10 + ["I cannot tell."] * 2 + ["It is even."] * 3 + ["It is odd."]  # 2 say nothing
-    assert _answered(silent, golds, labels).one_answer() == {"answer": "even", "replies": 16, "given": 13,
-                                                             "right": 11}
-    half = ["It is even."] * 3 + ["No idea."] * 8 + ["It is even."] * 5  # every odd row 'even', but 8 of 16 in all
-    assert _answered(half, golds, labels).one_answer() is None
-    assert _answered(["It is even."] * 4 + half[4:], golds, labels).one_answer()["given"] == 9  # more than half
+    silent = ["It is even."] * 9 + ["I cannot tell."] * 2 + ["It is even."] * 3 + ["I cannot tell.", "It is odd."]
+    assert _answered(silent, golds, labels).one_answer() is None  # 'even' on 3 of 5 odd rows, but 12 of 16 in all
+    assert _answered(["It is even."] * 10 + silent[10:], golds, labels).one_answer()["given"] == 13  # four in five
 
 
 def test_picking_one_place_in_every_list_is_named_and_reading_the_numbers_is_not():
