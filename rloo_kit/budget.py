@@ -56,10 +56,10 @@ SOLVED_FLAT_STEPS = 5
 class Validation:
     """One greedy pass over the validation rows: right or not, row by row; the answer that most replies gave
     whatever the row where one did (`EvalReport.one_answer`: right for few of them, or given on most rows it is
-    wrong for), else None; the
-    place in each list of choices that most replies picked whatever the row (`EvalReport.one_place`, 1 the first),
-    else None; the rows the replies would be right on, dealt to the rows at random (`EvalReport.chance_right`),
-    where known, and the share of such deals right on as many rows as the replies are (`EvalReport.chance_share`);
+    wrong for), else None; the place in each list of choices that most replies picked whatever the row
+    (`EvalReport.one_place`, 1 the first), else None; the rows the replies would be right on, dealt to the rows at
+    random (`EvalReport.chance_right`), where known, and the share of such deals right on as many rows as the
+    replies are (`EvalReport.chance_share`);
     and the replies themselves (`EvalReport.completions`' rows), which a kept or last step's folder holds as
     REPLIES_FILE, to read what that step answers."""
 

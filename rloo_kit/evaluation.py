@@ -123,10 +123,11 @@ class EvalReport:
         answer = spelled[value]
         # a row whose labels leave this answer out, as its question names it (*1 day before Tuesday?*), reads as no
         # label in a reply that gives it ('Tuesday.'): such replies give it all the same
-        giving = [r for r in rows if (_one_value(r["predicted"]) == value if r["predicted"] is not None
-                                      else is_correct(r["completion"], answer))]
-        given, right = len(giving), _right_for(answer, rows)
-        against, kept = len(rows) - right, len(giving) - _right_for(answer, giving)
+        gives = [_one_value(r["predicted"]) == value if r["predicted"] is not None
+                 else is_correct(r["completion"], answer) for r in rows]
+        fits = [_fits(answer, r) for r in rows]
+        given, right = sum(gives), sum(fits)
+        against, kept = len(rows) - right, sum(g and not f for g, f in zip(gives, fits, strict=True))
         kept_against = against >= ONE_PLACE_AGAINST and kept > ONE_PLACE_KEPT * against
         if given < ONE_ANSWER_SHARE * len(rows) or not (right <= ONE_ANSWER_RIGHT * len(rows) or kept_against):
             return None

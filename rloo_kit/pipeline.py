@@ -92,12 +92,15 @@ class RunReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def blocking(self) -> list[str]:
+        """The pre-flight's problems that stop the run (a metrics.json of 0.2 has no "blocking": all of them)."""
+        return self.preflight.get("blocking", self.preflight["problems"]) if self.preflight else []
+
     def refusal(self) -> str | None:
         """Why nothing was trained when the pre-flight stopped the run, with what to do; None otherwise."""
         if self.trained or not self.preflight or self.preflight["ok"]:
             return None
-        blocking = self.preflight.get("blocking", self.preflight["problems"])  # metrics.json of 0.2 has no "blocking"
-        return (f"Not trained: {_cannot_learn(blocking, 'force=True (--force on the command line)')}"
+        return (f"Not trained: {_cannot_learn(self.blocking(), 'force=True (--force on the command line)')}"
                 f" The model is unchanged: held-out accuracy {_fmt(self.accuracy_before)}.")
 
     def lines(self) -> list[str]:
@@ -245,8 +248,7 @@ class Run:
         """RunRefused naming the pre-flight's causes when `cannot_learn(force)`: the notebook's stop."""
         if self.cannot_learn(force):
             report = self.preflight_report
-            kinds = (report.blocking_kinds() if report is not None  # resumed: as metrics.json recorded them
-                     else self.report.preflight.get("blocking", self.report.preflight["problems"]))
+            kinds = report.blocking_kinds() if report is not None else self.report.blocking()  # resumed
             raise RunRefused("Not training: " + _cannot_learn(kinds, "FORCE = True in the notebook (--force on the "
                                                                      "command line)"))
 

@@ -520,9 +520,11 @@ def echoes_quote(span: str, gold: str, question: str) -> bool:
         while start < len(said):
             run = _in_order(said[start:], words)
             if len(run) >= need and _found(run, [wanted]):
-                rest, start, echoed = rest + ["|"], start + len(run), True  # "|": no phrase spans an echo
+                rest.append("|")  # no phrase spans an echo
+                start, echoed = start + len(run), True
             else:
-                rest, start = rest + [said[start]], start + 1
+                rest.append(said[start])
+                start += 1
         if echoed and not _answers_apart(rest, words, gold):
             return True
     return False
