@@ -530,6 +530,46 @@ def echoes_quote(span: str, gold: str, question: str) -> bool:
     return False
 
 
+def picks_among_quoted(span: str, gold: str, question: str) -> bool:
+    """Whether a text answer `span` is made only of words of the text `question` quotes around `gold`, more of them
+    than the answer's: the answer named among other candidates from the quotation, a hedge. A held-back last-word
+    file (*What is the last word of this sentence: "small happy green blue"?*) learned to reply *"fox music."* and
+    *"lazy happy happy lazy."*, short of an echo (`echoes_quote`), and was scored right on them. A word of the
+    reply's own (*The last word is music.*) makes it an answer, and the answer alone (*Music.*) is one.
+
+    >>> picks_among_quoted("cat children.", "children", "The last word of 'bird cat children'?")
+    True
+    >>> picks_among_quoted("Children, the last word.", "children", "The last word of 'bird cat children'?")
+    False
+    """
+    wanted, said = set(_words(gold)), _words(span)
+    if not wanted or not said or not question:
+        return False
+    return any(wanted <= set(words) and set(said) <= set(words) and set(said) - wanted
+               for words in map(_words, _QUOTED.findall(question)))
+
+
+def gives_the_quoted(span: str, gold: str, question: str) -> bool:
+    """Whether a text answer `span` ends on *is* and a phrase `question` quotes that is not `gold`: the reply gives
+    the question's own word as the answer, whatever it named before (*The opposite of cold is hot.* for *What is the
+    opposite of 'hot'?*). A held-back spelling file's trained adapter wrote *The correct spelling of "truly" is
+    "truely".* for *How do you spell 'truely' correctly?* and was scored right. *Cold is the opposite of hot.* ends
+    on more than the quotation, and answers. Where the question quotes the answer too (*'recieve' or 'receive'?*),
+    the reply's last word may be the one it sets aside, and this rule keeps out.
+
+    >>> gives_the_quoted("The opposite of cold is hot.", "cold", "What is the opposite of 'hot'?")
+    True
+    >>> gives_the_quoted("Cold is the opposite of 'hot'.", "cold", "What is the opposite of 'hot'?")
+    False
+    """
+    copula = list(re.finditer(r"\bis\b", span, re.I))
+    if not copula or not question:
+        return False
+    said, quoted = normalize_text(span[copula[-1].end():]), [normalize_text(q) for q in _QUOTED.findall(question)]
+    return (bool(said) and said in quoted and not answers_match(said, gold)
+            and not any(answers_match(quote, gold) for quote in quoted))
+
+
 def _answers_apart(rest: list[str], quoted: list[str], gold: str) -> bool:
     """Whether the words of a reply outside its echoes of a quotation (`rest`, "|" where an echo was) name `gold`,
     not to deny it, among words of the reply's own: 'the last word is children' after the echo answers; 'not Mary'
@@ -573,10 +613,11 @@ def _found(words: list[str], phrases: list[list[str]]) -> list[int]:
 
 def _matches(text: str, gold: str, match: str, question: str = "", label: bool = False) -> bool:
     """`is_correct`'s rule for one accepted answer; with match="final", a text answer the reply names only in
-    restating `question` (`restates`) is not matched, and an answer whose case is part of it (`keeps_case`) is
-    matched in its own case. A `label` is matched case aside and may be named as the question names it ('positive
-    or negative?' asks for 'positive'); the question still tells which letters beside a one-letter label it
-    restates ('The next letter after P is Q.')."""
+    restating `question` (`restates`), or only beside the text it quotes (`echoes_quote`, `picks_among_quoted`,
+    `gives_the_quoted`), is not matched, and an answer whose case is part of it (`keeps_case`) is matched in its own
+    case. A `label` is matched case aside and may be named as the question names it ('positive or negative?' asks
+    for 'positive'); the question still tells which letters beside a one-letter label it restates ('The next letter
+    after P is Q.')."""
     numeric = parse_number(gold) is not None
     restating = "" if label else question
     in_case = not label and not numeric and keeps_case(gold, question)
@@ -605,6 +646,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
         named = not any(mentions(said, other) and not denied(span, other) for other in others)
     return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, restating) and not echoes_quote(span, gold, restating)
+            and not picks_among_quoted(span, gold, restating) and not gives_the_quoted(span, gold, restating)
             and (not in_case or _names_in_case(span, gold)))
 
 
