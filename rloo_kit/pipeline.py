@@ -516,14 +516,15 @@ def _fmt(accuracy: float | None) -> str:
 
 
 def _preflight_summary(report: PreflightReport) -> dict:
-    """What metrics.json keeps of the pre-flight: the verdict on the trained setup, the as-asked figures."""
+    """What metrics.json keeps of the pre-flight: the verdict and the trained setup's figures (`ok`, `problems`, ...)
+    at the top level, the as-asked figures beside them."""
     def figures(setup) -> dict:
         return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
                 "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
                 "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok,
                 "temperature": setup.temperature}
 
-    return {"ok": report.ok, "verdict": report.verdict, "problems": report.kinds(), "seconds": round(report.seconds, 1),
+    return {"verdict": report.verdict, "seconds": round(report.seconds, 1),
             "num_generations": report.num_generations, "probe_length": report.probe_length,
             "greedy_pass_rate": report.greedy_pass_rate, "colder": [figures(s) for s in report.colder],
             "widened_from": report.widened_from, **figures(report.trained), "as_asked": figures(report.asked),

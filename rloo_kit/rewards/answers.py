@@ -164,7 +164,9 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     ('not true', 'positive, not negative') is not named (`denied`).
     prompt: the row's prompt (text or chat messages). A text answer without labels that the reply names only where
     it repeats the question's words is not its answer: for 'What is the plural of moose?', 'The plural of moose is
-    mooses.' answers 'mooses' (`restates`). Without it (None), any mention counts.
+    mooses.' answers 'mooses' (`restates`); so is one named only in repeating the text the question quotes, or
+    beside other words of it where one word is asked for (`echoes_quote`, `picks_among_quoted`). Without it (None),
+    any mention counts.
     choices: what the row's question offers to choose among, numbers ('Which is larger, 70 or 95?') or things
     ('glacier or pear?'): with match="final" the reply's pick is scored (`picked_choice`), as '95 is larger than
     70.' names both.
@@ -531,43 +533,26 @@ def echoes_quote(span: str, gold: str, question: str) -> bool:
 
 
 def picks_among_quoted(span: str, gold: str, question: str) -> bool:
-    """Whether a text answer `span` is made only of words of the text `question` quotes around `gold`, more of them
-    than the answer's: the answer named among other candidates from the quotation, a hedge. A held-back last-word
-    file (*What is the last word of this sentence: "small happy green blue"?*) learned to reply *"fox music."* and
-    *"lazy happy happy lazy."*, short of an echo (`echoes_quote`), and was scored right on them. A word of the
-    reply's own (*The last word is music.*) makes it an answer, and the answer alone (*Music.*) is one.
+    """Whether a reply to a question that asks for one word of the text it quotes names that word among others of the
+    quotation and no word of its own ('or' and 'and' aside): a hedge between candidates. A held-back last-word file
+    (*What is the last word of this sentence: "table jumps lazy over fox music"?*) learned to reply *"fox music."*
+    and *"lazy happy happy lazy."*, short of an echo (`echoes_quote`), and was scored right on them. *Music.* and
+    *The last word is music.* answer; so does *Tom bought pears.* for *'Sam bought apples and Tom bought pears.'
+    What did Tom buy?*, a question that asks for no word.
 
-    >>> picks_among_quoted("cat children.", "children", "The last word of 'bird cat children'?")
+    >>> picks_among_quoted("cat or children.", "children", "What is the last word of 'bird cat children'?")
     True
-    >>> picks_among_quoted("Children, the last word.", "children", "The last word of 'bird cat children'?")
+    >>> picks_among_quoted("Children, the last word.", "children", "What is the last word of 'bird cat children'?")
     False
     """
-    wanted, said = set(_words(gold)), _words(span)
-    if not wanted or not said or not question:
+    wanted, said = _words(gold), [w for w in _words(span) if w not in _HEDGE_JOINS]
+    if len(wanted) != 1 or not question or "word" not in _words(_QUOTED.sub(" ", question)):
         return False
-    return any(wanted <= set(words) and set(said) <= set(words) and set(said) - wanted
+    return any(wanted[0] in words and wanted[0] in said and set(said) <= set(words) and set(said) != set(wanted)
                for words in map(_words, _QUOTED.findall(question)))
 
 
-def gives_the_quoted(span: str, gold: str, question: str) -> bool:
-    """Whether a text answer `span` ends on *is* and a phrase `question` quotes that is not `gold`: the reply gives
-    the question's own word as the answer, whatever it named before (*The opposite of cold is hot.* for *What is the
-    opposite of 'hot'?*). A held-back spelling file's trained adapter wrote *The correct spelling of "truly" is
-    "truely".* for *How do you spell 'truely' correctly?* and was scored right. *Cold is the opposite of hot.* ends
-    on more than the quotation, and answers. Where the question quotes the answer too (*'recieve' or 'receive'?*),
-    the reply's last word may be the one it sets aside, and this rule keeps out.
-
-    >>> gives_the_quoted("The opposite of cold is hot.", "cold", "What is the opposite of 'hot'?")
-    True
-    >>> gives_the_quoted("Cold is the opposite of 'hot'.", "cold", "What is the opposite of 'hot'?")
-    False
-    """
-    copula = list(re.finditer(r"\bis\b", span, re.I))
-    if not copula or not question:
-        return False
-    said, quoted = normalize_text(span[copula[-1].end():]), [normalize_text(q) for q in _QUOTED.findall(question)]
-    return (bool(said) and said in quoted and not answers_match(said, gold)
-            and not any(answers_match(quote, gold) for quote in quoted))
+_HEDGE_JOINS = frozenset({"or", "and"})  # 'fox or music' offers two words as 'fox music' does
 
 
 def _answers_apart(rest: list[str], quoted: list[str], gold: str) -> bool:
@@ -613,9 +598,9 @@ def _found(words: list[str], phrases: list[list[str]]) -> list[int]:
 
 def _matches(text: str, gold: str, match: str, question: str = "", label: bool = False) -> bool:
     """`is_correct`'s rule for one accepted answer; with match="final", a text answer the reply names only in
-    restating `question` (`restates`), or only beside the text it quotes (`echoes_quote`, `picks_among_quoted`,
-    `gives_the_quoted`), is not matched, and an answer whose case is part of it (`keeps_case`) is matched in its own
-    case. A `label` is matched case aside and may be named as the question names it ('positive or negative?' asks
+    restating `question` (`restates`), or in repeating the text it quotes (`echoes_quote`) or other words of it
+    (`picks_among_quoted`), is not matched, and an answer whose case is part of it (`keeps_case`) is matched in its
+    own case. A `label` is matched case aside and may be named as the question names it ('positive or negative?' asks
     for 'positive'); the question still tells which letters beside a one-letter label it restates ('The next letter
     after P is Q.')."""
     numeric = parse_number(gold) is not None
@@ -646,7 +631,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
         named = not any(mentions(said, other) and not denied(span, other) for other in others)
     return (bool(wanted) and named and not denied(span, wanted)
             and not restates(span, gold, restating) and not echoes_quote(span, gold, restating)
-            and not picks_among_quoted(span, gold, restating) and not gives_the_quoted(span, gold, restating)
+            and not picks_among_quoted(span, gold, restating)
             and (not in_case or _names_in_case(span, gold)))
 
 
