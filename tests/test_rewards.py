@@ -433,6 +433,16 @@ def test_an_answer_that_names_words_of_a_short_quotation_in_its_own_sentence_is_
     assert not is_correct("I don't know you.", "you", prompt=rude) and is_correct("You.", "you", prompt=rude)
 
 
+def test_a_negation_written_short_is_the_same_negation():
+    """A file of sentences to negate says 'I do not like tea'; the model writes "I don't like tea.", which was wrong."""
+    negate = "Make this sentence negative: 'I like tea'"
+    for reply in ["I don't like tea.", "I don\u2019t like tea.", "I do not like tea."]:
+        assert is_correct(reply, "I do not like tea", prompt=negate), reply
+    assert not is_correct("I like tea.", "I do not like tea", prompt=negate)
+    assert is_correct("I cannot swim.", "I can't swim") and is_correct("It won't rain.", "it will not rain")
+    assert not is_correct("It isn't cold.", "cold")  # still named only to deny it
+
+
 def test_a_choice_letter_is_not_the_article_a():
     letters = ["a", "b", "c"]
     assert not is_correct("Bus is a vehicle.", "A", labels=letters)  # the article names no choice

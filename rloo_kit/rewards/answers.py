@@ -603,6 +603,7 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
     own case. A `label` is matched case aside and may be named as the question names it ('positive or negative?' asks
     for 'positive'); the question still tells which letters beside a one-letter label it restates ('The next letter
     after P is Q.')."""
+    text, gold, question = spelled_out(text), spelled_out(gold), spelled_out(question)
     numeric = parse_number(gold) is not None
     restating = "" if label else question
     in_case = not label and not numeric and keeps_case(gold, question)
@@ -633,6 +634,28 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
             and not restates(span, gold, restating) and not echoes_quote(span, gold, restating)
             and not picks_among_quoted(span, gold, restating)
             and (not in_case or _names_in_case(span, gold)))
+
+
+# a negation written short: "don't", "won't", "can't", and "cannot"; the part before n't, where it is not the verb
+_SHORT_NOT = re.compile(r"\b(\w+?)n['\u2019]t\b|\b(can)(not)\b", re.I)
+_SHORT_VERB = {"wo": "will", "ca": "can", "sha": "shall"}
+
+
+def spelled_out(text: str) -> str:
+    """`text` with its negations written out, so that a file's 'I do not like tea' is a reply's "I don't like tea":
+    "don't" -> 'do not', "won't" -> 'will not', "can't" and 'cannot' -> 'can not'.
+
+    >>> spelled_out("I don't know, and I cannot say; it won't rain.")
+    'I do not know, and I can not say; it will not rain.'
+    """
+    def out(found: re.Match) -> str:
+        if found.group(2):
+            return f"{found.group(2)} {found.group(3)}"
+        verb = found.group(1)
+        full = _SHORT_VERB.get(verb.lower(), verb)
+        return f"{full if verb[0].islower() else full[0].upper() + full[1:]} not"
+
+    return _SHORT_NOT.sub(out, text)
 
 
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one letter; 'a' and 'i' as `mentions` reads them
