@@ -440,6 +440,7 @@ def test_a_negation_written_short_is_the_same_negation():
         assert is_correct(reply, "I do not like tea", prompt=negate), reply
     assert not is_correct("I like tea.", "I do not like tea", prompt=negate)
     assert is_correct("I cannot swim.", "I can't swim") and is_correct("It won't rain.", "it will not rain")
+    assert is_correct("I'm not happy.", "I am not happy") and is_correct("They're late.", "they are late")
     assert not is_correct("It isn't cold.", "cold")  # still named only to deny it
 
 

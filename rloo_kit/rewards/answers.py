@@ -636,17 +636,20 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
             and (not in_case or _names_in_case(span, gold)))
 
 
-# a negation written short: "don't", "won't", "can't", and "cannot"; the part before n't, where it is not the verb
+# a negation written short ("don't", "won't", "can't", "cannot": the part before n't, where it is not the verb) and
+# the contractions that stand for one word only ("I'm", "they're", "we'll", "you've"; not 's or 'd)
 _SHORT_NOT = re.compile(r"\b(\w+?)n['\u2019]t\b|\b(can)(not)\b", re.I)
 _SHORT_VERB = {"wo": "will", "ca": "can", "sha": "shall"}
+_SHORT_WORD = re.compile(r"\b(\w+)['\u2019](m|re|ll|ve)\b", re.I)
+_WORD_OF = {"m": "am", "re": "are", "ll": "will", "ve": "have"}
 
 
 def spelled_out(text: str) -> str:
-    """`text` with its negations written out, so that a file's 'I do not like tea' is a reply's "I don't like tea":
-    "don't" -> 'do not', "won't" -> 'will not', "can't" and 'cannot' -> 'can not'.
+    """`text` with its short forms written out, so that a file's 'I do not like tea' is a reply's "I don't like tea":
+    "don't" -> 'do not', "won't" -> 'will not', "can't" and 'cannot' -> 'can not', "I'm" -> 'I am'.
 
-    >>> spelled_out("I don't know, and I cannot say; it won't rain.")
-    'I do not know, and I can not say; it will not rain.'
+    >>> spelled_out("I don't know, and I cannot say; I'm sure it won't rain.")
+    'I do not know, and I can not say; I am sure it will not rain.'
     """
     def out(found: re.Match) -> str:
         if found.group(2):
@@ -655,7 +658,8 @@ def spelled_out(text: str) -> str:
         full = _SHORT_VERB.get(verb.lower(), verb)
         return f"{full if verb[0].islower() else full[0].upper() + full[1:]} not"
 
-    return _SHORT_NOT.sub(out, text)
+    text = _SHORT_NOT.sub(out, text)
+    return _SHORT_WORD.sub(lambda found: f"{found.group(1)} {_WORD_OF[found.group(2).lower()]}", text)
 
 
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one letter; 'a' and 'i' as `mentions` reads them
