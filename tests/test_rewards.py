@@ -434,14 +434,20 @@ def test_an_answer_that_names_words_of_a_short_quotation_in_its_own_sentence_is_
 
 
 def test_a_negation_written_short_is_the_same_negation():
-    """A file of sentences to negate says 'I do not like tea'; the model writes "I don't like tea.", which was wrong."""
+    """A file of sentences to negate says 'I do not like tea'; the model writes "I don't like tea.", which was wrong.
+    Where the row writes a short form itself, the task may be about the form, and nothing is written out."""
     negate = "Make this sentence negative: 'I like tea'"
     for reply in ["I don't like tea.", "I don\u2019t like tea.", "I do not like tea."]:
         assert is_correct(reply, "I do not like tea", prompt=negate), reply
     assert not is_correct("I like tea.", "I do not like tea", prompt=negate)
-    assert is_correct("I cannot swim.", "I can't swim") and is_correct("It won't rain.", "it will not rain")
-    assert is_correct("I'm not happy.", "I am not happy") and is_correct("They're late.", "they are late")
+    assert is_correct("It won't rain.", "it will not rain") and is_correct("I'm not happy.", "I am not happy")
     assert not is_correct("It isn't cold.", "cold")  # still named only to deny it
+    assert not is_correct("No, it cannot.", "can", prompt="Can a penguin fly?")  # a verb before 'not' is denied
+    assert is_correct("It cannot.", "cannot", labels=["can", "cannot"])  # not a hedge between the two
+    assert is_correct("I can't help.", "I cannot help", prompt="Make this sentence negative: 'I can help'")
+    assert not is_correct("do not", "don't", prompt="Write 'do not' as a contraction.")
+    assert not is_correct("Won't.", "will not", prompt="What does 'won't' mean?")
+    assert not is_correct("can't", "CAN'T", prompt="Write can't in capitals.")
 
 
 def test_a_choice_letter_is_not_the_article_a():

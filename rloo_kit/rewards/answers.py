@@ -167,6 +167,8 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
     mooses.' answers 'mooses' (`restates`); so is one named only in repeating the text the question quotes, or
     beside other words of it where one word is asked for (`echoes_quote`, `picks_among_quoted`). Without it (None),
     any mention counts.
+    Short forms are written out on both sides (`spelled_out`: "I don't like tea." answers 'I do not like tea'),
+    except where the question, the gold or a label writes one: the task may then be about the form itself.
     choices: what the row's question offers to choose among, numbers ('Which is larger, 70 or 95?') or things
     ('glacier or pear?'): with match="final" the reply's pick is scored (`picked_choice`), as '95 is larger than
     70.' names both.
@@ -179,6 +181,9 @@ def is_correct(completion, gold, match: str = "final", labels: Sequence[str] | N
         pick = picked_choice(text, choices, completion_text(prompt) if prompt is not None else "")
         return pick is not None and any(answers_match(pick, g) for g in accepted)
     asked = completion_text(prompt) if prompt is not None else ""
+    if not any(map(writes_short, [asked, *accepted, *(labels or ())])):  # else the task may be about the form itself
+        text, asked, accepted = spelled_out(text), spelled_out(asked), [spelled_out(g) for g in accepted]
+        labels = labels and [spelled_out(lab) for lab in labels]
     if not any(_matches(text, g, match, asked, label=bool(labels)) for g in accepted):
         return False
     others = [lab for lab in labels or () if normalize_text(lab) not in {normalize_text(g) for g in accepted}]
@@ -446,15 +451,22 @@ def denied(span: str, phrase: str) -> bool:
     """Whether `span` names `phrase` (normalized) only to say it is not: each time right after 'not', 'never',
     'neither', 'nor' or a "n't", with spaces, an article or a quotation mark between and nothing else. Such a
     mention is no answer: *The statement is not true.* is no verdict of true, *He is not guilty.* does not answer
-    'guilty', and *animal, not colour* names one label, not two. *No, true.* and *No pain, no gain.* deny nothing.
+    'guilty', and *animal, not colour* names one label, not two. A verb right before 'not' is denied too: *It can
+    not fly.* does not answer 'can'. *No, true.* and *No pain, no gain.* deny nothing.
 
     >>> denied("The answer is animal, not colour.", "colour"), denied("It isn't a colour; it's a colour.", "colour")
     (True, False)
     """
-    places = [found.start() for variant in spellings(phrase)
-              for found in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", span, re.I)]
-    return bool(places) and all(_negated_before(span, start) for start in places)
+    found = [m for variant in spellings(phrase) for m in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", span, re.I)]
+    negated_verb = normalize_text(phrase) in _AUXILIARIES  # 'can' in 'It can not fly.' is denied
+    return bool(found) and all(_negated_before(span, m.start()) or (negated_verb and _NOT_AFTER.match(span, m.end()))
+                               for m in found)
 
+
+# verbs a 'not' after denies: *can* in 'It can not fly.'
+_AUXILIARIES = frozenset("am is are was were be do does did have has had can could will would shall should may might "
+                         "must need".split())
+_NOT_AFTER = re.compile(r"\s+not\b", re.I)
 
 # a negation and what may stand between it and what it denies: "not", "isn't", "not a", 'not "'
 _DENIAL = re.compile(r"(?:\b(?:not|never|neither|nor)|n['\u2019]t)\s+(?:(?:a|an|the)\s+)?[\"'\u201c\u2018]?$", re.I)
@@ -603,7 +615,6 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
     own case. A `label` is matched case aside and may be named as the question names it ('positive or negative?' asks
     for 'positive'); the question still tells which letters beside a one-letter label it restates ('The next letter
     after P is Q.')."""
-    text, gold, question = spelled_out(text), spelled_out(gold), spelled_out(question)
     numeric = parse_number(gold) is not None
     restating = "" if label else question
     in_case = not label and not numeric and keeps_case(gold, question)
@@ -636,30 +647,35 @@ def _matches(text: str, gold: str, match: str, question: str = "", label: bool =
             and (not in_case or _names_in_case(span, gold)))
 
 
-# a negation written short ("don't", "won't", "can't", "cannot": the part before n't, where it is not the verb) and
-# the contractions that stand for one word only ("I'm", "they're", "we'll", "you've"; not 's or 'd)
-_SHORT_NOT = re.compile(r"\b(\w+?)n['\u2019]t\b|\b(can)(not)\b", re.I)
-_SHORT_VERB = {"wo": "will", "ca": "can", "sha": "shall"}
+# short forms that stand for one reading: a negation ("don't", "won't", "can't", "cannot") and "I'm", "they're",
+# "we'll", "you've" ('s and 'd stand for two: is or has, would or had)
+_SHORT_NOT = re.compile(r"\b(\w+?)(n['\u2019]t)\b", re.I)
+_CANNOT = re.compile(r"\b(can)(not)\b", re.I)
 _SHORT_WORD = re.compile(r"\b(\w+)['\u2019](m|re|ll|ve)\b", re.I)
-_WORD_OF = {"m": "am", "re": "are", "ll": "will", "ve": "have"}
+_IRREGULAR_NOT = {"wo": "will", "ca": "can", "sha": "shall"}  # won't, can't, shan't
+_SHORT_FOR = {"m": "am", "re": "are", "ll": "will", "ve": "have"}
+
+
+def writes_short(text: str) -> bool:
+    """Whether `text` writes a short form `spelled_out` writes out ('cannot', the usual spelling, is none)."""
+    return any(pattern.search(text) for pattern in (_SHORT_NOT, _SHORT_WORD))
 
 
 def spelled_out(text: str) -> str:
-    """`text` with its short forms written out, so that a file's 'I do not like tea' is a reply's "I don't like tea":
-    "don't" -> 'do not', "won't" -> 'will not', "can't" and 'cannot' -> 'can not', "I'm" -> 'I am'.
+    """`text` with its short forms written out, in their case, so that a file's 'I do not like tea' is a reply's
+    "I don't like tea": "don't" -> 'do not', "WON'T" -> 'WILL NOT', "can't" and 'cannot' -> 'can not', "I'm" ->
+    'I am'.
 
-    >>> spelled_out("I don't know, and I cannot say; I'm sure it won't rain.")
-    'I do not know, and I can not say; I am sure it will not rain.'
+    >>> spelled_out("I don't know, and I cannot say; I'm sure it WON'T rain.")
+    'I do not know, and I can not say; I am sure it WILL NOT rain.'
     """
-    def out(found: re.Match) -> str:
-        if found.group(2):
-            return f"{found.group(2)} {found.group(3)}"
-        verb = found.group(1)
-        full = _SHORT_VERB.get(verb.lower(), verb)
-        return f"{full if verb[0].islower() else full[0].upper() + full[1:]} not"
+    def cased(full: str, like: str) -> str:
+        return full.upper() if like.isupper() else full[0].upper() + full[1:] if like[0].isupper() else full
 
-    text = _SHORT_NOT.sub(out, text)
-    return _SHORT_WORD.sub(lambda found: f"{found.group(1)} {_WORD_OF[found.group(2).lower()]}", text)
+    text = _SHORT_NOT.sub(lambda m: f"{cased(_IRREGULAR_NOT.get(m[1].lower(), m[1]), m[1])} {cased('not', m[2])}",
+                          text)
+    text = _CANNOT.sub(lambda m: f"{m[1]} {m[2]}", text)
+    return _SHORT_WORD.sub(lambda m: f"{m[1]} {cased(_SHORT_FOR[m[2].lower()], m[2])}", text)
 
 
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")  # an answer that is one letter; 'a' and 'i' as `mentions` reads them
