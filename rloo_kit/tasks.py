@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 from datasets import Dataset
@@ -97,8 +98,12 @@ class Task:
         if "labels" not in self.train.column_names:
             return None
         labels = sorted(set().union(*self.train["labels"]))  # a row's own leaves out the labels its question names
-        more = len(labels) - LABELS_SHOWN
-        shown = ", ".join(labels[:LABELS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        written: dict[str, str] = {}  # each label as the file most often writes it ('A', not 'a')
+        for answer, _ in Counter(a for a in self.train["answer"] if isinstance(a, str)).most_common():
+            written.setdefault(normalize_label(answer), answer)
+        shown = ", ".join(written.get(lab, lab) for lab in labels[:LABELS_SHOWN])
+        if (more := len(labels) - LABELS_SHOWN) > 0:
+            shown += f" and {more} more"
         return f"labels {shown}: a reply that names two is wrong"
 
     def without_long_prompts(self, tokenizer, max_tokens: int) -> tuple[Task, int]:

@@ -150,7 +150,7 @@ def test_labels_are_found_and_a_hedge_between_them_is_wrong(tmp_path):
     data = load_local(str(path), prompt_column="text", answer_column="sentiment")
     assert data[0]["labels"] == ["negative", "positive"]
     task = load_task("file", path=str(path), prompt_column="text", answer_column="sentiment", n_test=2)
-    assert task.answer_kind() == "labels negative, positive: a reply that names two is wrong"
+    assert task.answer_kind() == "labels negative, Positive: a reply that names two is wrong"  # as the file writes
     replies = ["It is positive.", "Positive or negative.", "negative", "Positive, not negative."]
     assert correct_answer([""] * 4, replies, answer=["Positive"] * 4, labels=[data[0]["labels"]] * 4) == [1.0, 0.0,
                                                                                                          0.0, 1.0]
