@@ -41,7 +41,9 @@ ARMS = {"plain": [], "pool": ["--prompt-pool"], "filter": ["--spread-filter"],
         "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"],
         "no_kl": ["--beta", "0"],
         # a trial: a wrong pick of a choice or label costs half a right one's pay (tasks/wrong_pick.py)
-        "wrong_cost": ["--reward", str(REPO / "benchmarks" / "tasks" / "wrong_pick.py") + ":wrong_pick:0.5"]}
+        "wrong_cost": ["--reward", str(REPO / "benchmarks" / "tasks" / "wrong_pick.py") + ":wrong_pick:0.5"],
+        # a trial: a reply cut at the completion length earns the answer reward only where it marked its answer
+        "cut_unpaid": ["--reward", str(REPO / "benchmarks" / "tasks" / "cut_unpaid.py") + ":cut_unpaid:1"]}
 SAVE_STEPS = 5  # checkpoints, whose logs give the groups with spread a minute
 COMPLETIONS_PER_STEP = PRESETS["cpu"].per_device_train_batch_size  # what "double" doubles
 
@@ -124,7 +126,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", nargs="+", default=["demo", "word_sums", "animal_or_colour", "reverse_letters"],
                     choices=list(CASES))
-    ap.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in ("no_kl", "wrong_cost")],
+    ap.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in ("no_kl", "wrong_cost", "cut_unpaid")],
                     choices=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--minutes", type=float, default=3.0)
