@@ -450,6 +450,15 @@ def eos_token_ids(model, tokenizer) -> set[int]:
     return {tokenizer.eos_token_id, *([configured] if isinstance(configured, int) else configured or [])} - {None}
 
 
+def _completion_ids(tokenizer, texts: list[str], lengths: list[int], max_new_tokens: int) -> list[list[int]]:
+    """The `completion_ids` TRL gives a reward beside its completions, for rewards that read them (a length
+    penalty): each text encoded again, ending on the end-of-sequence token where the completion ended before
+    `max_new_tokens`, as TRL's ids do."""
+    end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return [ids + (end if n < max_new_tokens else []) for ids, n in zip(encoded, lengths, strict=True)]
+
+
 def _cut(ids: list[int], eos: set[int]) -> list[int]:
     """Tokens up to and including the first end-of-sequence; all of them when none was produced."""
     for n, t in enumerate(ids, 1):
@@ -505,7 +514,10 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
     columns = {c: [v for v in dataset[c] for _ in range(samples)] for c in dataset.column_names if c != "prompt"}
     flat_prompts = [p for p in prompts for _ in range(samples)]
     flat = [t for group in texts for t in group]
-    rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat, **columns) for f in funcs}
+    completion_ids = _completion_ids(tokenizer, flat, [n for group in lengths for n in group],
+                                     max_new_tokens) if funcs else []
+    rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat,
+                                                   completion_ids=completion_ids, **columns) for f in funcs}
     rows, correct_counts = [], []
     rules = row_rules(dataset)
     for i, (p, group) in enumerate(zip(prompts, texts, strict=True)):

@@ -720,8 +720,7 @@ class _Judge:
             return False
         seqs = [seq[:length] for (seq,) in ids]
         columns = {c: list(self.picked[c]) for c in self.picked.column_names if c != "prompt"}
-        scores, _ = _score(funcs, list(self.prompts), self._completions(self.decode(seqs)), [[s] for s in seqs],
-                           columns)
+        scores, _ = _score(funcs, list(self.prompts), self._completions(self.decode(seqs)), seqs, columns)
         greedy = _totals(scores, weights)[np.asarray(right, dtype=bool)]
         self(length, funcs, weights)  # this draw's totals with these rewards
         wrong = self.totals[length][~np.asarray(self.correct(self.texts(length), self.k), dtype=bool)]
@@ -1047,9 +1046,9 @@ def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
     return ", ".join(fixes) + "." + undecided
 
 
-def _score(funcs: list, prompts: list, completions: list, ids: list, columns: dict) -> tuple[list, list]:
-    """Per function: its scores as a float array (NaN = unscored) and the causes of unscored samples."""
-    completion_ids = [seq for group in ids for seq in group]
+def _score(funcs: list, prompts: list, completions: list, completion_ids: list, columns: dict) -> tuple[list, list]:
+    """Per function: its scores as a float array (NaN = unscored) and the causes of unscored samples. The
+    arguments are TRL's: one token-id list per completion in `completion_ids`."""
     scores, causes = [], []
     for f in funcs:
         before = Counter(getattr(f, "failures", {}))

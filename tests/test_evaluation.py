@@ -4,6 +4,7 @@ import torch
 import rloo_kit
 from rloo_kit.evaluation import (
     EvalReport,
+    _completion_ids,
     compare,
     evaluate,
     evaluate_base_and_adapter,
@@ -47,6 +48,22 @@ def test_report_and_self_comparison(tiny_lora):
     assert (diff == 0).all() and len(diff) >= 5
     with pytest.raises(ValueError, match="greedy"):
         evaluate(model, tok, test, samples=2, greedy=True)
+
+
+def test_a_reward_that_reads_completion_ids_is_given_them_as_trl_gives_them(tiny_lora):
+    """One token-id list a completion, ending on the end-of-sequence token where the completion ended."""
+    model, tok = tiny_lora
+    test = rloo_kit.arithmetic_task(n_train=4, n_test=3)["test"]
+
+    def ended(prompts, completions, completion_ids, **kwargs):
+        return [float(bool(ids) and ids[-1] == tok.eos_token_id) for ids in completion_ids]
+
+    report = evaluate(model, tok, test, [ended], max_new_tokens=6)
+    assert [r["ended"] for r in report.completions] == [float(not r["cut"]) for r in report.completions]
+    assert all(r["cut"] for r in report.completions)  # the tiny model's greedy replies run on: none ends on it
+    ids = _completion_ids(tok, ["7", "It is"], [2, 6], max_new_tokens=6)
+    assert ids == [tok("7", add_special_tokens=False)["input_ids"] + [tok.eos_token_id],
+                   tok("It is", add_special_tokens=False)["input_ids"]]  # ended before the limit / cut there
 
 
 def test_samples_read_their_prompt_once_and_greedy_ones_agree(tiny_lora):

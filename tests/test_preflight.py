@@ -354,6 +354,30 @@ def test_a_colder_draw_is_spent_only_where_the_reward_pays_a_right_greedy_answer
     assert not judge.pays(bare, [False, False], 32, [exact_answer], [1.0])  # nothing right greedily: nothing to pay
 
 
+def test_a_reward_that_reads_completion_ids_gets_one_list_of_token_ids_per_completion(tiny_model_dir):
+    """TRL gives every reward `completion_ids` (one token-id list a completion); the pre-flight gave flattened
+    tokens, so a reward reading them raised on every sample and the run was refused as `unscored`."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from rloo_kit.preflight_check import _Judge
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    seqs = [[tok(t, add_special_tokens=False)["input_ids"] for t in pair] for pair in (("7", "It is 8."), ("9", "No"))]
+
+    def tokens(prompts, completions, completion_ids, **kwargs):
+        return [float(len(ids)) for ids in completion_ids]
+
+    sampler = SimpleNamespace(eos=set(), k=2, prompts=["Add 3 and 4.", "Add 4 and 5."], tools=[], answer_starts={},
+                              config=SimpleNamespace(temperature=1.0))
+    judge = _Judge(tok, sampler, seqs, Dataset.from_dict({"prompt": sampler.prompts, "answer": ["7", "9"]}), [0, 1],
+                   "final")
+    setup = judge(32, [tokens], [1.0])
+    assert setup.rewards[0].unscored == 0 and list(judge.totals[32]) == [len(s) for pair in seqs for s in pair]
+    assert judge.pays([[pair[0]] for pair in seqs], [True, True], 32, [tokens], [1.0]) is False  # scored, not raised
+
+
 def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
     hopeless = report(greedy_pass_rate=0.03, **NOISY)
     assert hopeless.kinds() == ["reward_collapse"] and "greedy answers right on 3%" in hopeless.problems[0].message
