@@ -73,7 +73,9 @@ SPREAD_EPS = 1e-8  # TRL's torch.isclose(std, 0) tolerance
 COLLAPSE_SHARE = 0.85  # prompts without spread above this share: nothing to learn from (blocking) ...
 # ... where the probe saw fewer right answers than this (samples and greedy answers): the hopeless tasks of the
 # verdict benchmark saw none (reverse_letters, prime_products: 0 of 128 samples, 0 greedy); a held-back rounding
-# file saw 3 at 94% of prompts flat (2 samples, 1 greedy answer) and gained +0.44 held out when forced
+# file saw 3 at 94% of prompts flat (2 samples, 1 greedy answer) and gained +0.44 held out when forced; a held-back
+# uppercase file saw 2 (1 greedy, 1 sample right where cut at the asked 16 tokens, none at the fitted 64) and gained
+# +0.33 when forced
 MIN_RIGHT_SEEN = 2
 WEAK_SHARE = 0.6  # ... above this share: little to learn from (a warning)
 # most prompts flat: where a task leaves its temperature open, the greedy answers are asked whether the samples are
@@ -841,10 +843,14 @@ def _solved(report: PreflightReport, setup: Setup) -> Problem:
 
 
 def _right_seen(report: PreflightReport, setup: Setup) -> int:
-    """Right answers the probe saw for `setup`: its samples judged correct, and the greedy answers that were right.
-    RLOO reinforces only answers it samples, and a few right ones are a start (a side reward that shortens the
-    replies can make them common); none at all is a task beyond the model."""
-    sampled = round((setup.pass_rate or 0.0) * len(setup.prompts) * report.num_generations)
+    """Right answers the probe saw for `setup`: its samples judged correct, at its length or at any other judged on
+    the same draw (whichever saw most), and the greedy answers that were right. RLOO reinforces only answers it
+    samples, and a few right ones are a start (a side reward that shortens the replies can make them common: a
+    sample right where cut short is one that a reply which stops there gives); none at all is a task beyond the
+    model."""
+    same_draw = [s for s in (setup, report.asked, report.proposed) if s is not None and s.pass_rate is not None
+                 and s.temperature == setup.temperature]
+    sampled = max((round(s.pass_rate * len(s.prompts) * report.num_generations) for s in same_draw), default=0)
     greedy = (0 if report.greedy_pass_rate is None or report.held_against is None
               else round(report.greedy_pass_rate * len(report.held_against.prompts)))
     return sampled + greedy

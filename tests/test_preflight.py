@@ -412,6 +412,15 @@ def test_a_flat_task_with_a_few_right_answers_trains_with_a_warning_and_one_with
     assert none.kinds() == ["reward_collapse"] and not none.ok and "learn nothing from them" in str(none)
     one = report(**dict(rounding, pass_rate=1 / 128))  # a single right sample could be the scorer's fluke
     assert not one.ok
+    # a held-back uppercase file: 1 greedy answer right, 1 sample right where cut at the asked 16 tokens and none at
+    # the fitted 64 (the same draw, judged at two lengths); refused, it gained +0.33 held out when forced
+    fitted = dict(rounding, max_completion_length=64, pass_rate=0.0, flat_fraction=1.0)
+    for asked_right, trains in ((1 / 128, True), (0.0, False)):
+        upper = report(greedy_pass_rate=1 / 32, proposed=fitted, applies=True, **dict(rounding, pass_rate=asked_right))
+        upper.held_against = upper.proposed
+        upper.proposed.problems = diagnose(upper, upper.proposed)
+        assert upper.kinds() == ["reward_collapse"] and upper.ok == trains
+        assert ("the probe saw 2 right answers: few, but a start" in str(upper)) == trains
 
 
 def test_the_fitted_temperature_is_reported_beside_the_asked_one_and_trained():
