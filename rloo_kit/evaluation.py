@@ -251,6 +251,17 @@ def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool 
     `tools` (`rloo_kit.tools.Tool`s), each completion is finished with its tool calls as in training: the texts
     are the answers after the last tool result, and each count is (tokens, calls). `tool_format`: how the
     prompts tell the tools (`Task.tool_format`)."""
+    texts, counts, _ = _generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
+                                 max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                                 progress=progress, tools=tools, tool_format=tool_format)
+    return texts, counts
+
+
+def _generate(model, tokenizer, prompts: list, *, samples: int, greedy: bool, max_new_tokens: int,
+              temperature: float, batch_size: int, progress: Callable[[int, int], None] | None, tools: Sequence,
+              tool_format: str) -> tuple[list[list[str]], list[list], list[list[list[int]]]]:
+    """`generate`'s texts and counts, and each completion's token ids as training's rewards get them
+    (`completion_ids`: up to and including the end-of-sequence token; with tools, the whole rollout)."""
     settings = dict(do_sample=not greedy, max_new_tokens=max_new_tokens, temperature=temperature,
                     batch_size=batch_size)
     if tools:
@@ -259,13 +270,13 @@ def generate(model, tokenizer, prompts: list, *, samples: int = 1, greedy: bool 
     if tools:
         return _with_tools(model, tokenizer, prompts, ids, tools, settings, tool_format)
     texts = [[tokenizer.decode(r, skip_special_tokens=True) for r in group] for group in ids]
-    return texts, [[len(r) for r in group] for group in ids]
+    return texts, [[len(r) for r in group] for group in ids], ids
 
 
 def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, settings: dict,
                 tool_format: str):
-    """The completions `ids` finished with their tool calls: the answer texts the rewards read, and each
-    completion's (length, calls), grouped by prompt."""
+    """The completions `ids` finished with their tool calls: the answer texts the rewards read, each
+    completion's (length, calls) and its rollout's token ids, grouped by prompt."""
     from .tools.rollout import answer_text, text_codec
 
     rollouts = finish_with_tools(model, tokenizer, prompts, ids, tools, tool_format=tool_format, **settings)
@@ -273,7 +284,8 @@ def _with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], too
     samples = len(ids[0]) if ids else 1
     by_prompt = [range(i, i + samples) for i in range(0, len(rollouts), samples)]
     return ([[answer_text(rollouts[j], decode) for j in js] for js in by_prompt],
-            [[(len(rollouts[j].ids), rollouts[j].calls) for j in js] for js in by_prompt])
+            [[(len(rollouts[j].ids), rollouts[j].calls) for j in js] for js in by_prompt],
+            [[list(rollouts[j].ids) for j in js] for js in by_prompt])
 
 
 def finish_with_tools(model, tokenizer, prompts: list, ids: list[list[list[int]]], tools, *, max_new_tokens: int,
@@ -450,15 +462,6 @@ def eos_token_ids(model, tokenizer) -> set[int]:
     return {tokenizer.eos_token_id, *([configured] if isinstance(configured, int) else configured or [])} - {None}
 
 
-def _completion_ids(tokenizer, texts: list[str], lengths: list[int], max_new_tokens: int) -> list[list[int]]:
-    """The `completion_ids` TRL gives a reward beside its completions, for rewards that read them (a length
-    penalty): each text encoded again, ending on the end-of-sequence token where the completion ended before
-    `max_new_tokens`, as TRL's ids do."""
-    end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    return [ids + (end if n < max_new_tokens else []) for ids, n in zip(encoded, lengths, strict=True)]
-
-
 def _cut(ids: list[int], eos: set[int]) -> list[int]:
     """Tokens up to and including the first end-of-sequence; all of them when none was produced."""
     for n, t in enumerate(ids, 1):
@@ -505,17 +508,16 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
         raise ValueError("greedy decoding gives one completion per prompt: use greedy=False with samples > 1.")
     prompts = list(dataset["prompt"])
     answers = list(dataset["answer"]) if "answer" in dataset.column_names else None
-    texts, lengths = generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
-                              max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
-                              progress=progress_lines(progress) if progress else None, tools=tools,
-                              tool_format=tool_format)
+    texts, lengths, ids = _generate(model, tokenizer, prompts, samples=samples, greedy=greedy,
+                                    max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                                    progress=progress_lines(progress) if progress else None, tools=tools,
+                                    tool_format=tool_format)
     calls = [[c for _, c in group] for group in lengths] if tools else None
     lengths = [[n for n, _ in group] for group in lengths] if tools else lengths
     columns = {c: [v for v in dataset[c] for _ in range(samples)] for c in dataset.column_names if c != "prompt"}
     flat_prompts = [p for p in prompts for _ in range(samples)]
     flat = [t for group in texts for t in group]
-    completion_ids = _completion_ids(tokenizer, flat, [n for group in lengths for n in group],
-                                     max_new_tokens) if funcs else []
+    completion_ids = [seq for group in ids for seq in group]  # as TRL gives them to a reward
     rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat,
                                                    completion_ids=completion_ids, **columns) for f in funcs}
     rows, correct_counts = [], []

@@ -843,13 +843,13 @@ def _solved(report: PreflightReport, setup: Setup) -> Problem:
 
 
 def _right_seen(report: PreflightReport, setup: Setup) -> int:
-    """Right answers the probe saw for `setup`: its samples judged correct, at its length or at any other judged on
-    the same draw (whichever saw most), and the greedy answers that were right. RLOO reinforces only answers it
+    """Right answers the probe saw for `setup`: its samples judged correct, at its length or at a shorter one judged
+    on the same draw (whichever saw most), and the greedy answers that were right. RLOO reinforces only answers it
     samples, and a few right ones are a start (a side reward that shortens the replies can make them common: a
     sample right where cut short is one that a reply which stops there gives); none at all is a task beyond the
     model."""
     same_draw = [s for s in (setup, report.asked, report.proposed) if s is not None and s.pass_rate is not None
-                 and s.temperature == setup.temperature]
+                 and s.temperature == setup.temperature and s.max_completion_length <= setup.max_completion_length]
     sampled = max((round(s.pass_rate * len(s.prompts) * report.num_generations) for s in same_draw), default=0)
     greedy = (0 if report.greedy_pass_rate is None or report.held_against is None
               else round(report.greedy_pass_rate * len(report.held_against.prompts)))

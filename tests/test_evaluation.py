@@ -4,7 +4,6 @@ import torch
 import rloo_kit
 from rloo_kit.evaluation import (
     EvalReport,
-    _completion_ids,
     compare,
     evaluate,
     evaluate_base_and_adapter,
@@ -58,12 +57,13 @@ def test_a_reward_that_reads_completion_ids_is_given_them_as_trl_gives_them(tiny
     def ended(prompts, completions, completion_ids, **kwargs):
         return [float(bool(ids) and ids[-1] == tok.eos_token_id) for ids in completion_ids]
 
-    report = evaluate(model, tok, test, [ended], max_new_tokens=6)
-    assert [r["ended"] for r in report.completions] == [float(not r["cut"]) for r in report.completions]
-    assert all(r["cut"] for r in report.completions)  # the tiny model's greedy replies run on: none ends on it
-    ids = _completion_ids(tok, ["7", "It is"], [2, 6], max_new_tokens=6)
-    assert ids == [tok("7", add_special_tokens=False)["input_ids"] + [tok.eos_token_id],
-                   tok("It is", add_special_tokens=False)["input_ids"]]  # ended before the limit / cut there
+    def id_count(prompts, completions, completion_ids, **kwargs):
+        return [float(len(ids)) for ids in completion_ids]
+
+    report = evaluate(model, tok, test, [ended, id_count], samples=8, greedy=False, max_new_tokens=6)
+    rows = report.completions
+    assert all(r["ended"] == 1.0 for r in rows if not r["cut"]) and any(r["ended"] == 0.0 for r in rows if r["cut"])
+    assert [r["id_count"] for r in report.completions] == [r["tokens"] for r in report.completions]  # the ids drawn
 
 
 def test_samples_read_their_prompt_once_and_greedy_ones_agree(tiny_lora):
@@ -324,7 +324,8 @@ def test_evaluate_marks_the_replies_that_answered_first(monkeypatch):
     import rloo_kit.evaluation as evaluation
 
     replies = ["The chemical symbol of gold is Au. It is a metal.", "Fe.", "It is Cu, I think. Or Zn."]
-    monkeypatch.setattr(evaluation, "generate", lambda *a, **k: ([[r] for r in replies], [[12], [2], [9]]))
+    monkeypatch.setattr(evaluation, "_generate", lambda *a, **k: ([[r] for r in replies], [[12], [2], [9]],
+                                                                  [[[0] * 12], [[0] * 2], [[0] * 9]]))
     rows = Dataset.from_dict({"prompt": ["Gold?", "Iron?", "Zinc?"], "answer": ["Au", "Fe", "Zn"]})
     report = evaluation.evaluate(None, None, rows)
     assert [r.get("answered_earlier", False) for r in report.completions] == [True, False, False]

@@ -375,7 +375,6 @@ def test_a_reward_that_reads_completion_ids_gets_one_list_of_token_ids_per_compl
                    "final")
     setup = judge(32, [tokens], [1.0])
     assert setup.rewards[0].unscored == 0 and list(judge.totals[32]) == [len(s) for pair in seqs for s in pair]
-    assert judge.pays([[pair[0]] for pair in seqs], [True, True], 32, [tokens], [1.0]) is False  # scored, not raised
 
 
 def test_wrong_greedily_too_is_reward_collapse_and_only_alike_samples_ask_for_more_temperature():
@@ -421,6 +420,11 @@ def test_a_flat_task_with_a_few_right_answers_trains_with_a_warning_and_one_with
         upper.proposed.problems = diagnose(upper, upper.proposed)
         assert upper.kinds() == ["reward_collapse"] and upper.ok == trains
         assert ("the probe saw 2 right answers: few, but a start" in str(upper)) == trains
+    longer = report(greedy_pass_rate=1 / 32, proposed=fitted, applies=True,  # right only past the trained length
+                    **dict(rounding, max_completion_length=256, pass_rate=1 / 128))
+    longer.held_against = longer.proposed
+    longer.proposed.problems = diagnose(longer, longer.proposed)
+    assert not longer.ok
 
 
 def test_the_fitted_temperature_is_reported_beside_the_asked_one_and_trained():
