@@ -88,7 +88,7 @@ class EvalReport:
     pass_at_k: dict[int, float]
     mean_reward: dict[str, float]
     mean_length: float  # completion tokens
-    truncation_rate: float  # share of completions that hit max_new_tokens
+    truncation_rate: float  # share of completions that ran to max_new_tokens without ending
     samples: int
     completions: list[dict] = field(default_factory=list, repr=False)
     tools: dict | None = None  # with tools: call_rate, and accuracy_with_call / accuracy_without_call
@@ -131,7 +131,9 @@ class EvalReport:
         kept_against = against >= ONE_PLACE_AGAINST and kept > ONE_PLACE_KEPT * against
         if given < ONE_ANSWER_SHARE * len(rows) or not (right <= ONE_ANSWER_RIGHT * len(rows) or kept_against):
             return None
-        return {"answer": answer, "replies": len(rows), "given": given, "right": right}
+        written = next((gold for r in rows for gold in accepted_answers(r["answer"]) if answers_match(answer, gold)),
+                       answer)  # as the file writes it: 'A', where the label set holds 'a'
+        return {"answer": written, "replies": len(rows), "given": given, "right": right}
 
     def one_place(self, min_rows: int = ONE_ANSWER_MIN_ROWS) -> dict | None:
         """Where most replies to choice questions pick the choice at one place in the question's list (the first
@@ -491,7 +493,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
         reward_funcs: the training rewards to score completions with (mean per function); none by default.
         samples: completions per prompt.
         greedy: greedy decoding (needs samples=1); False samples at `temperature`.
-        max_new_tokens: the completion length; a completion that reaches it counts as truncated.
+        max_new_tokens: the completion length; a completion that reaches it without ending counts as truncated.
         temperature: the sampling temperature when greedy=False.
         batch_size: prompts generated at once; lower it on a CUDA out-of-memory.
         match: "final" or "exact", how a completion is judged correct (see rewards.is_correct).
@@ -518,6 +520,9 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
     flat_prompts = [p for p in prompts for _ in range(samples)]
     flat = [t for group in texts for t in group]
     completion_ids = [seq for group in ids for seq in group]  # as TRL gives them to a reward
+    eos = eos_token_ids(model, tokenizer)
+    cut = [[n >= max_new_tokens and not (seq and seq[-1] in eos) for n, seq in zip(ns, seqs, strict=True)]
+           for ns, seqs in zip(lengths, ids, strict=True)]  # ran to the limit without ending: an end there is no cut
     rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat,
                                                    completion_ids=completion_ids, **columns) for f in funcs}
     rows, correct_counts = [], []
@@ -526,8 +531,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
         ok = [is_correct(t, answers[i], match, prompt=p, **rules[i]) for t in group] if answers else []
         correct_counts.append(sum(ok))
         for s, t in enumerate(group):
-            row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s],
-                   "cut": lengths[i][s] >= max_new_tokens}
+            row = {"prompt": _prompt_text(p), "completion": t, "tokens": lengths[i][s], "cut": cut[i][s]}
             if calls:
                 row["tool_calls"] = calls[i][s]
             if answers:
@@ -547,7 +551,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
         pass_at_k={k: sum(pass_at_k(samples, c, k) for c in correct_counts) / n_prompts for k in ks} if answers else {},
         mean_reward={name: _mean(v) for name, v in rewards.items()},
         mean_length=sum(all_lengths) / len(all_lengths),
-        truncation_rate=sum(n >= max_new_tokens for n in all_lengths) / len(all_lengths),
+        truncation_rate=sum(map(sum, cut)) / len(all_lengths),
         samples=samples, completions=rows, tools=_tool_figures(rows) if calls else None)
 
 

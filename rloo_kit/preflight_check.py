@@ -877,8 +877,8 @@ def _collapse(report: PreflightReport, setup: Setup, flat: str, names: set[str],
         why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens by the task's answer matching, "
                f"yet they got no more reward than the wrong ones{greedy_too}, so no temperature would help")
     else:
-        why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: wrong at every "
-               f"length probed, not cut{greedy}")
+        why = (f"{setup.pass_rate:.0%} of completions are right at {length} tokens{elsewhere}: no length probed "
+               f"did better, so the wrong ones are not merely cut{greedy}")
     if setup.unpaid:  # the model samples right answers and the reward misses them: the reward is the fix
         fixes = ["make the reward pay the right answers (rewards.correct_answer gives partial credit where an "
                  "all-or-nothing match misses them); try it on report.examples"]

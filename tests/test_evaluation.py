@@ -66,6 +66,16 @@ def test_a_reward_that_reads_completion_ids_is_given_them_as_trl_gives_them(tiny
     assert [r["id_count"] for r in report.completions] == [r["tokens"] for r in report.completions]  # the ids drawn
 
 
+def test_a_reply_that_ends_at_the_limit_is_not_cut(tiny_lora, monkeypatch):
+    """A reply whose end-of-sequence token is its last allowed one ended: only one that ran out of tokens is cut."""
+    model, tok = tiny_lora
+    test = rloo_kit.arithmetic_task(n_train=4, n_test=2)["test"]
+    drawn = [[[5, 6, tok.eos_token_id]], [[5, 6, 7]]]
+    monkeypatch.setattr("rloo_kit.evaluation._generate", lambda *a, **k: ([["It is 7."], ["It is"]], [[3], [3]], drawn))
+    report = evaluate(model, tok, test, max_new_tokens=3)
+    assert [r["cut"] for r in report.completions] == [False, True] and report.truncation_rate == 0.5
+
+
 def test_samples_read_their_prompt_once_and_greedy_ones_agree(tiny_lora):
     """generate_ids (evaluation and the pre-flight) samples as the training sampler does on a CPU: each
     prompt's pass once for all its completions, the cheap categorical draw, and nothing left patched."""
@@ -188,7 +198,8 @@ def test_one_answer_to_every_prompt_is_named_and_a_mostly_right_one_is_not():
     before_tuesday = _answered(["Tuesday."] * 6, ["Monday", "Tuesday", "Thursday", "Monday", "Wednesday", "Monday"],
                                days)
     before_tuesday.completions[0]["predicted"] = None  # *1 day before Tuesday?*: its row's labels leave Tuesday out
-    assert before_tuesday.one_answer(min_rows=5) == {"answer": "tuesday", "replies": 6, "given": 6, "right": 1}
+    # the answer as the file writes it, where the label set holds it lower-cased
+    assert before_tuesday.one_answer(min_rows=5) == {"answer": "Tuesday", "replies": 6, "given": 6, "right": 1}
     same_number = _answered(["It is 7."] * 6 + ["It is 7.0."] * 6, [str(n) for n in range(12)], None).one_answer()
     assert same_number == {"answer": "7", "replies": 12, "given": 12, "right": 1}  # 7 and 7.0 are one answer
 

@@ -70,7 +70,7 @@ def test_no_spread_with_wrong_answers_is_a_blocking_reward_collapse():
     r = report(flat_fraction=0.9, zero_spread_fraction=0.9, pass_rate=0.02)
     assert r.kinds() == ["reward_collapse"] and not r.ok
     assert "90%" in r.problems[0].message and "2%" in r.problems[0].message  # the measured numbers, in words
-    assert "wrong at every length probed" in r.problems[0].message
+    assert "no length probed did better" in r.problems[0].message
 
 
 def test_a_fix_never_proposes_what_the_run_already_uses():

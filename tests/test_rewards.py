@@ -24,6 +24,7 @@ from rloo_kit.rewards.answers import (
     clock_time,
     completion_text,
     denied,
+    either_number,
     list_items,
     numbers_in_words,
     parse_number,
@@ -606,3 +607,65 @@ def test_a_contrast_picks_the_choice_it_says_the_asked_thing_of():
     bigger = "Which is bigger, a car or a chair?"
     assert not is_correct("A car is a vehicle, while a chair is furniture.", "car", prompt=bigger,
                           choices=["car", "chair"])
+
+
+def test_a_choice_is_named_in_the_singular_or_the_plural():
+    """Held-out replies of a which-is-bigger run: *Ants are much more agile and can run faster than the giraffe.* named
+    the giraffe alone and was read as picking it; 'frogs' in a contrast went unseen."""
+    ant = "Which is smaller, an ant or a giraffe?"
+    reply = "The ant is a much smaller creature compared to the giraffe. Ants are much more agile and can run faster " \
+            "than the giraffe."
+    assert is_correct(reply, "ant", prompt=ant, choices=["ant", "giraffe"])
+    assert not is_correct(reply, "giraffe", prompt=ant, choices=["ant", "giraffe"])
+    frog = "Which is smaller, an elephant or a frog?"
+    contrast = "Elephants are massive and can weigh up to 5 tons, while frogs are much smaller."
+    assert is_correct(contrast, "frog", prompt=frog, choices=["elephant", "frog"])
+    assert is_correct("Mice are smaller than geese.", "mouse", prompt="Which is smaller, a goose or a mouse?",
+                      choices=["goose", "mouse"])
+    assert sorted(either_number("a fly")) == ["a flies", "a fly"] and "leaves" in either_number("leaf")
+    assert "fox" in either_number("foxes") and "child" in either_number("children")
+
+
+def test_a_sentence_that_names_one_choice_after_than_or_compares_nothing_picks_none():
+    """Rambles of the base model on a which-is-larger file and a which-is-bigger file: *... the largest number that is
+    exactly 10 units larger than 92.* was read as picking 92, *Rabbits, on the other hand, belong to the Leporidae
+    family.* as picking the rabbit. A sentence naming one choice picks it where it compares, calls it the answer or
+    says little else."""
+    larger = "Which number is larger, 92 or 18?"
+    ramble = "We need the largest number that is exactly 10 units larger than 92."
+    assert not is_correct(ramble, "92", prompt=larger, choices=["92", "18"])
+    assert not is_correct(ramble, "18", prompt=larger, choices=["92", "18"])
+    assert not is_correct("The number 92 is a prime number.", "92", prompt=larger, choices=["92", "18"])
+    assert is_correct("92 is the larger.", "92", prompt=larger, choices=["92", "18"])
+    assert is_correct("92.", "92", prompt=larger, choices=["92", "18"])
+    smaller = "Which is smaller, a bear or a rabbit?"
+    family = "Bears live in the forests of the north. Rabbits, on the other hand, belong to the Leporidae family."
+    assert not is_correct(family, "rabbit", prompt=smaller, choices=["bear", "rabbit"])
+    assert is_correct("It is the rabbit.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])
+    assert is_correct("Rabbits are tiny.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])
+    assert is_correct("Bears are big.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])  # said the other way
+    assert is_correct("So, the answer to your question is: rabbits.", "rabbit", prompt=smaller,
+                      choices=["bear", "rabbit"])
+    odd = "Which word does not belong: cat, dog, plum, horse?"  # no comparison asked: a sentence naming one picks it
+    assert is_correct("Plums grow on trees, unlike the others.", "plum", prompt=odd,
+                      choices=["cat", "dog", "plum", "horse"])
+
+
+def test_a_contrast_in_plain_words_picks_by_the_direction_asked():
+    """*Snails are incredibly small and delicate, while a ship is a massive and complex machine.*: the base model's
+    reply to a which-is-bigger file says the comparison in plain words, not the question's 'bigger'."""
+    reply = "Snails are incredibly small and delicate, while a ship is a massive and complex machine."
+    assert is_correct(reply, "ship", prompt="Which is bigger, a snail or a ship?", choices=["snail", "ship"])
+    assert is_correct(reply, "snail", prompt="Which is smaller, a snail or a ship?", choices=["snail", "ship"])
+    assert not is_correct("A car is a fast vehicle, while a chair is furniture.", "car",
+                          prompt="Which is bigger, a car or a chair?", choices=["car", "chair"])  # speed, not size
+    assert not is_correct("Snails are small, while ships are small too.", "ship",
+                          prompt="Which is bigger, a snail or a ship?", choices=["snail", "ship"])
+
+
+def test_the_last_marked_answer_is_the_answer():
+    """'The answer is 5 PM. Sorry, the answer is 6 PM.' answers 6 PM: the first mark swallowed the second."""
+    assert is_correct("The answer is 5 PM. Sorry, the answer is 6 PM.", "6 PM")
+    assert not is_correct("The answer is 5 PM. Sorry, the answer is 6 PM.", "5 PM")
+    reply = "The answer is a truck. A mouse is small and a truck is large. So, the answer is a mouse."
+    assert is_correct(reply, "mouse", prompt="Which is smaller, a truck or a mouse?", choices=["truck", "mouse"])

@@ -243,7 +243,10 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     'The Earth is the larger of the two. The Earth is 4.5 billion years old, while a coin is new.' picks the Earth,
     where the last naming sentence alone picked nothing (2 of 18 held-out replies of a which-is-bigger run; 8 of 288
     in twelve evaluations of the benchmark's larger file, each the pick its reply states). Numbers are compared as
-    numbers, things as `normalize_text` leaves them.
+    numbers, things as `normalize_text` leaves them, singular or plural ('ants' names 'an ant', `either_number`). A
+    sentence whose one choice is named right after 'than' or 'unlike' picks none (*the largest number that is exactly
+    10 units larger than 92* is about neither choice), nor does one that names one choice in a comparison question
+    without comparing (`_answers_the_comparison`).
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
@@ -260,21 +263,49 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     '79'
     """
     marked, numbers = _marked_span(text), offers_numbers(choices)
-    for span in [marked] if marked is not None else reversed(sentences(text)):
+    spans = [marked] if marked is not None else sentences(text)
+    for span in reversed(spans):
         said = span if numbers else normalize_text(span)
         named = _named_choices(said, choices)
         if not named:
             continue
-        (_, end, first), *others = named
+        (start, end, first), *others = named
         rival = next((start for start, _, choice in others if choice != first), None)
         if rival is None or _SETS_APART & set(re.findall(r"[a-z]+", said[end:rival].lower())):
-            if not _said_the_other_way(said, question):
-                return first
-            rest = {c for c in choices if not answers_match(first, c)}
-            return rest.pop() if len(rest) == 1 else None
-        if not numbers and (picked := _says_what_is_asked(said, named, question)) is not None:
+            whole = marked is not None or len(spans) == 1 or re.search(r"[.!?]\W*$", span)  # not cut mid-sentence
+            if not _answers_the_comparison(said, named, question, whole):
+                continue
+            if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
+                continue
+            return _the_other(first, choices) if _said_the_other_way(said, question) else first
+        if not numbers and (picked := _says_what_is_asked(said, named, choices, question)) is not None:
             return picked
     return None
+
+
+def _answers_the_comparison(said: str, named: list[tuple[int, int, str]], question: str, whole: bool) -> bool:
+    """Whether a sentence that picks a choice answers `question`'s comparison: it compares (in any word of
+    `_DEGREE`: 'A ship is huge.'), or calls it the answer, or is `whole` and says little else ('It is the ship.'),
+    or the question asks none. The rambles of a which-is-bigger file's base model pick in sentences that compare
+    nothing asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are more
+    intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
+    words = re.findall(r"[a-z]+", said.lower())
+    if _asked_way(question) is None or "answer" in words or _comparisons(words, _DEGREE):
+        return True
+    rest = said
+    for start, end, _ in reversed(named):
+        rest = rest[:start] + " " + rest[end:]
+    return bool(whole) and len(re.findall(r"\w+", rest)) <= _FEW_WORDS
+
+
+_FEW_WORDS = 3  # besides the choice: 'It is the ship.', 'The ship, of course.'
+_AGAINST = re.compile(r"\b(?:than|unlike)\s+(?:(?:a|an|the)\s+)?$", re.I)
+
+
+def _the_other(choice: str, choices: Sequence[str]) -> str | None:
+    """The other of two choices; None among more, where the rest are several."""
+    rest = {c for c in choices if not answers_match(choice, c)}
+    return rest.pop() if len(rest) == 1 else None
 
 
 def _said_the_other_way(said: str, question: str) -> bool:
@@ -284,22 +315,30 @@ def _said_the_other_way(said: str, question: str) -> bool:
     'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks which of its
     choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74? Reply yes
     or no.' the comparison is between things that are not the choices."""
-    words = re.findall(r"[a-z]+", question.lower())
-    if not _ASKS_WHICH & set(words) or "than" in words:
+    asked = _asked_way(question)
+    if asked is None:
         return False
-    asked = _comparisons(words)
-    if len(asked) != 1:
-        return False
-    ((dimension, upward),) = asked
-    said_ways = _comparisons(re.findall(r"[a-z]+", said.lower()))
+    dimension, upward = asked
+    said_ways = _comparisons(re.findall(r"[a-z]+", said.lower()), _DEGREE)  # 'A ship is huge.' says 'bigger'
     return {way for way in said_ways if way[0] == dimension} == {(dimension, not upward)}
 
 
-def _comparisons(words: list[str]) -> set[tuple[int, bool]]:
-    """The directions lower-case `words` compare in (`_DIRECTION`), a negated comparison word ('not larger') the
-    other way."""
-    return {(_DIRECTION[w][0], _DIRECTION[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
-            for i, w in enumerate(words) if w in _DIRECTION}
+def _asked_way(question: str) -> tuple[int, bool] | None:
+    """The one comparison a which-question asks its choices about ('Which is larger, 86 or 79?': size, upward), else
+    None."""
+    words = re.findall(r"[a-z]+", question.lower())
+    if not _ASKS_WHICH & set(words) or "than" in words:
+        return None
+    asked = _comparisons(words)
+    return next(iter(asked)) if len(asked) == 1 else None
+
+
+def _comparisons(words: list[str], table: dict[str, tuple[int, bool]] | None = None) -> set[tuple[int, bool]]:
+    """The directions lower-case `words` compare in (`table`, by default `_DIRECTION`), a negated comparison word
+    ('not larger') the other way."""
+    table = _DIRECTION if table is None else table
+    return {(table[w][0], table[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
+            for i, w in enumerate(words) if w in table}
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
@@ -322,14 +361,24 @@ _DIRECTION = _directions(
     ("faster fastest", "slower slowest"),
     ("earlier earliest", "later latest"),
 )
+# the same directions in plain words, as a contrast says them: 'Snails are small, while a ship is massive.'
+_DEGREE = {**_DIRECTION, **_directions(
+    ("large big huge massive enormous giant gigantic vast", "small little tiny"), ("heavy", "light"),
+    ("long tall", "short"), ("old ancient", "young new"), ("hot warm", "cold cool"), ("fast quick", "slow"),
+    ("early", "late"),
+)}
 
 
-def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], question: str) -> str | None:
+def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: Sequence[str],
+                        question: str) -> str | None:
     """The one choice whose clause (from where it is first named to where the next choice is: the subject first, as
     in 'X is a tool') has a word of `question` that is neither a choice nor a question's frame ('which', 'these',
     'reply'), else None: a contrast that says of one choice what was asked ('tool'), of the others something else.
     Base replies to a held-back category file (*Which of these is a tool: violin, pliers or bus?*) were of this kind
-    on 4 of 16 prompts."""
+    on 4 of 16 prompts. A clause that says the question's comparison in any word (`_DEGREE`: 'massive' where it asks
+    'bigger') picks its choice, one that says the opposite ('small') the other of two: *Snails are incredibly small
+    and delicate, while a ship is a massive and complex machine.* answers 'Which is bigger, a snail or a ship?' with
+    the ship, and *Elephants are massive ..., while frogs are much smaller.* 'Which is smaller?' with the frog."""
     def stems(text: str) -> set[str]:
         return {w.rstrip("s") for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 3}
 
@@ -337,8 +386,15 @@ def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], question: 
     firsts = sorted({c: start for start, _, c in reversed(named)}.items(), key=lambda item: item[1])
     ends = [start for _, start in firsts[1:]] + [len(said)]
     clauses = [(c, said[start:end]) for (c, start), end in zip(firsts, ends, strict=True)]
-    hits = [c for c, clause in clauses if asked & stems(clause)]
-    return hits[0] if len(hits) == 1 else None
+    way = _asked_way(question)
+    picks = set()
+    for choice, clause in clauses:
+        ways = _comparisons(re.findall(r"[a-z]+", clause.lower()), _DEGREE)
+        if asked & stems(clause) or way in ways:
+            picks.add(choice)
+        if way is not None and (way[0], not way[1]) in ways:
+            picks.add(_the_other(choice, choices))
+    return picks.pop() if len(picks) == 1 else None
 
 
 # stems, as _says_what_is_asked compares them ('thi' is 'this', 'doe' is 'does')
@@ -356,9 +412,46 @@ def _named_choices(said: str, choices: Sequence[str]) -> list[tuple[int, int, st
         value = {parse_number(c): c for c in choices}
         return [(m.start(), m.end(), value[parse_number(m.group())]) for m in re.finditer(NUMBER, said)
                 if parse_number(m.group()) in value]
-    found = [(m.start(), m.end(), c) for c in choices for variant in spellings(normalize_text(c)) if variant
-             for m in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", said)]
+    found = {(m.start(), m.end(), c) for c in choices for spelled in spellings(normalize_text(c)) if spelled
+             for variant in either_number(spelled) for m in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", said)}
     return sorted(found)
+
+
+_IRREGULAR_PLURALS = dict(pair.split("/") for pair in (
+    "man/men woman/women child/children person/people mouse/mice goose/geese tooth/teeth foot/feet ox/oxen "
+    "louse/lice die/dice").split())
+_IRREGULAR_SINGULARS = {plural: singular for singular, plural in _IRREGULAR_PLURALS.items()}
+
+
+def either_number(phrase: str) -> set[str]:
+    """`phrase` with its last word singular and plural, as a reply names a listed thing: the question offers 'an
+    ant or a giraffe', the reply says *Ants are much more agile and can run faster than the giraffe.*, which named
+    the giraffe alone and so picked it. Regular forms ('fox' -> 'foxes', 'fly' -> 'flies', 'leaf' -> 'leaves') and
+    the common irregular ones ('mouse' -> 'mice'); a form that is no word ('leafs') matches nothing.
+
+    >>> sorted(either_number("a fly"))
+    ['a flies', 'a fly']
+    """
+    *head, last = phrase.split() or [""]
+    return {" ".join([*head, form]) for form in {last, *_other_numbers(last)}}
+
+
+def _other_numbers(word: str) -> set[str]:
+    """The plural of a singular `word`, the singular of a plural one (more than one where the ending is ambiguous:
+    'potatoes' -> 'potato', 'potatoe')."""
+    if word in _IRREGULAR_PLURALS or word in _IRREGULAR_SINGULARS:
+        return {_IRREGULAR_PLURALS.get(word) or _IRREGULAR_SINGULARS[word]}
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):  # 'ants' -> 'ant'
+        return {word[:-1], re.sub(r"ies$", "y", word), re.sub(r"es$", "", word), re.sub(r"ves$", "f", word),
+                re.sub(r"ves$", "fe", word)} - {word}
+    if re.search(r"[^aeiou]y$", word):
+        return {word[:-1] + "ies"}
+    if re.search(r"(?:s|x|z|ch|sh|o)$", word):
+        return {word + "es", word + "s"}  # 'buses', 'pianos'
+    if re.search(r"(?:[^f]f|fe)$", word):
+        return {re.sub(r"fe?$", "ves", word), word + "s"}  # 'leaves', 'roofs'
+    return {word + "s"}
+
 
 def mentions(text: str, phrase: str) -> bool:
     """Whether `phrase` occurs in `text` as whole words, not inside a longer word ('cold' in 'It is cold.', not
@@ -914,5 +1007,6 @@ def _marked_span(text: str) -> str | None:
     return marked[-1] if marked else None
 
 
-# 'answer: ...', 'the answer is ...', not 'To find the answer, we ...' nor 'answered'
-_MARKED = re.compile(r"\banswer(?:\s+is\b\s*:?|\s*:)\s*(.+)", re.I)
+# 'answer: ...', 'the answer is ...', not 'To find the answer, we ...' nor 'answered'; the last of a line, as
+# 'The answer is a mouse. A truck is large. So, the answer is a mouse.' ends on its answer
+_MARKED = re.compile(r"^.*\banswer(?:\s+is\b\s*:?|\s*:)\s*(.+)", re.I | re.M)
