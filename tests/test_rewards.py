@@ -14,6 +14,7 @@ from rloo_kit.rewards import (
     guard,
     is_correct,
     normalize_text,
+    picked_choice,
     predicted_answer,
     required_columns,
     reward_model,
@@ -622,8 +623,9 @@ def test_a_choice_is_named_in_the_singular_or_the_plural():
     assert is_correct(contrast, "frog", prompt=frog, choices=["elephant", "frog"])
     assert is_correct("Mice are smaller than geese.", "mouse", prompt="Which is smaller, a goose or a mouse?",
                       choices=["goose", "mouse"])
-    assert sorted(either_number("a fly")) == ["a flies", "a fly"] and "leaves" in either_number("leaf")
+    assert {"a flies", "a fly"} <= either_number("a fly") and "leaves" in either_number("leaf")
     assert "fox" in either_number("foxes") and "child" in either_number("children")
+    assert "jam" not in either_number("James")
 
 
 def test_a_sentence_that_names_one_choice_after_than_or_compares_nothing_picks_none():
@@ -643,7 +645,7 @@ def test_a_sentence_that_names_one_choice_after_than_or_compares_nothing_picks_n
     assert not is_correct(family, "rabbit", prompt=smaller, choices=["bear", "rabbit"])
     assert is_correct("It is the rabbit.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])
     assert is_correct("Rabbits are tiny.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])
-    assert is_correct("Bears are big.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])  # said the other way
+    assert is_correct("Bears are much bigger.", "rabbit", prompt=smaller, choices=["bear", "rabbit"])  # the other way
     assert is_correct("So, the answer to your question is: rabbits.", "rabbit", prompt=smaller,
                       choices=["bear", "rabbit"])
     odd = "Which word does not belong: cat, dog, plum, horse?"  # no comparison asked: a sentence naming one picks it
@@ -669,3 +671,32 @@ def test_the_last_marked_answer_is_the_answer():
     assert not is_correct("The answer is 5 PM. Sorry, the answer is 6 PM.", "5 PM")
     reply = "The answer is a truck. A mouse is small and a truck is large. So, the answer is a mouse."
     assert is_correct(reply, "mouse", prompt="Which is smaller, a truck or a mouse?", choices=["truck", "mouse"])
+
+
+@pytest.mark.parametrize("question,choices,reply,pick", [
+    ("Which number is larger, 92 or 18?", ["92", "18"], "The answer is 92. I hope this answer is helpful.", "92"),
+    ("Which is older, New York or Rome?", ["New York", "Rome"], "The answer is New York.", "New York"),
+    ("Which is heavier, a light bulb or a bowling ball?", ["light bulb", "bowling ball"], "A light bulb.",
+     "light bulb"),
+    ("Which is longer, a river or a pencil?", ["river", "pencil"], "In short, a river.", "river"),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "Snails can live up to 15 years old.", None),
+    ("Which is smaller, a bear or a rabbit?", ["bear", "rabbit"], "Bears have been around a long time in the north.",
+     None),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "To answer this, consider the snail and its shell.",
+     None),
+    ("Which number is larger, 92 or 18?", ["92", "18"], "Let me see.\n92", "92"),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "I think it's the ship.", "ship"),
+    ("Which is the biggest: a cat, a dog or a whale?", ["cat", "dog", "whale"],
+     "Cats are tiny, while whales are massive.", "whale"),
+    ("Which is faster, a fly or a plane?", ["fly", "plane"], "A plane flies faster than a fly.", "plane"),
+    ("Which is the least like the others: cat, dog, plum, horse?", ["cat", "dog", "plum", "horse"],
+     "Plum is a fruit, unlike the others.", "plum"),
+    ("Which is bigger, a giraffe or an ant?", ["giraffe", "ant"], "The giraffe is much taller than the ant.",
+     "giraffe"),
+])
+def test_a_choice_reply_is_read_as_its_words_say(question, choices, reply, pick):
+    """Replies a review wrote against the choice rule: a choice's own words ('New York', 'a light bulb') compare
+    nothing, an idiom ('in short', 'a long time') compares nothing, a comparison of another kind ('years old' for
+    'bigger') answers nothing, a short last line is an answer, a later 'this answer is' marks none, and a verb
+    ('flies') is no plural where the choice is named as given."""
+    assert picked_choice(reply, choices, question) == pick

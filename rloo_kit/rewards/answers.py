@@ -271,34 +271,51 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
             continue
         (start, end, first), *others = named
         rival = next((start for start, _, choice in others if choice != first), None)
+        plain = _blanked(said, named)  # a choice's own words compare nothing: 'New York', 'a light bulb'
         if rival is None or _SETS_APART & set(re.findall(r"[a-z]+", said[end:rival].lower())):
             whole = marked is not None or len(spans) == 1 or re.search(r"[.!?]\W*$", span)  # not cut mid-sentence
-            if not _answers_the_comparison(said, named, question, whole):
+            if not _answers_the_comparison(plain, question, choices, whole):
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
-            return _the_other(first, choices) if _said_the_other_way(said, question) else first
-        if not numbers and (picked := _says_what_is_asked(said, named, choices, question)) is not None:
+            return _the_other(first, choices) if _said_the_other_way(plain, question, choices) else first
+        if not numbers and (picked := _says_what_is_asked(plain, named, choices, question)) is not None:
             return picked
     return None
 
 
-def _answers_the_comparison(said: str, named: list[tuple[int, int, str]], question: str, whole: bool) -> bool:
-    """Whether a sentence that picks a choice answers `question`'s comparison: it compares (in any word of
-    `_DEGREE`: 'A ship is huge.'), or calls it the answer, or is `whole` and says little else ('It is the ship.'),
-    or the question asks none. The rambles of a which-is-bigger file's base model pick in sentences that compare
-    nothing asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are more
+def _blanked(said: str, named: list[tuple[int, int, str]]) -> str:
+    """`said` with the choices it names blanked out, each place kept."""
+    for start, end, _ in named:
+        said = said[:start] + " " * (end - start) + said[end:]
+    return said
+
+
+def _answers_the_comparison(plain: str, question: str, choices: Sequence[str], whole: bool) -> bool:
+    """Whether a sentence that picks a choice (`plain`: its choices blanked) answers `question`'s comparison: it
+    compares in the dimension asked or a kin one (`_DEGREE`: 'A ship is huge.', 'taller' for 'bigger'), or calls its
+    pick the answer, or is the choice alone, or is `whole` and says little else ('I think it's the ship.'), or the
+    question asks none. The rambles of a which-is-bigger file's base model pick in sentences that compare nothing
+    asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are more
     intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
-    words = re.findall(r"[a-z]+", said.lower())
-    if _asked_way(question) is None or "answer" in words or _comparisons(words, _DEGREE):
+    asked = _asked_way(question, choices)
+    if asked is None or _CALLS_IT_THE_ANSWER.search(plain):
         return True
-    rest = said
-    for start, end, _ in reversed(named):
-        rest = rest[:start] + " " + rest[end:]
-    return bool(whole) and len(re.findall(r"\w+", rest)) <= _FEW_WORDS
+    if any(_kin(dimension, asked[0]) for dimension, _ in _comparisons(re.findall(r"[a-z]+", plain.lower()), _DEGREE)):
+        return True
+    rest = [w for w in re.findall(r"\w+(?:['\u2019]\w+)?", plain.lower()) if w not in ("a", "an", "the")]
+    return not rest or bool(whole) and len(rest) <= _FEW_WORDS
 
 
-_FEW_WORDS = 3  # besides the choice: 'It is the ship.', 'The ship, of course.'
+_FEW_WORDS = 3  # besides the choice and articles: 'It is the ship.', 'The ship, of course.', "I think it's a ship."
+_CALLS_IT_THE_ANSWER = re.compile(r"\b(?:answer|choice)\s*(?:is\b|:)|\b(?:the|my)\s+answer\b", re.I)
+_SIZE_LIKE = frozenset({0, 1, 2})  # size, weight, length: 'A giraffe is taller.' answers 'Which is bigger?'
+
+
+def _kin(dimension: int, asked: int) -> bool:
+    return dimension == asked or {dimension, asked} <= _SIZE_LIKE
+
+
 _AGAINST = re.compile(r"\b(?:than|unlike)\s+(?:(?:a|an|the)\s+)?$", re.I)
 
 
@@ -308,25 +325,27 @@ def _the_other(choice: str, choices: Sequence[str]) -> str | None:
     return rest.pop() if len(rest) == 1 else None
 
 
-def _said_the_other_way(said: str, question: str) -> bool:
+def _said_the_other_way(said: str, question: str, choices: Sequence[str] = ()) -> bool:
     """Whether `said` compares in the opposite direction of `question` ('smaller' where it asks 'larger') and nowhere
     in its direction. A comparison word up to two words after 'not' or 'no' says the other way: '79 is not larger
     than 86.' compares as 'smaller', '86 is not the smaller.' as 'larger'. A held-out reply to a which-is-larger file,
     'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks which of its
     choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74? Reply yes
-    or no.' the comparison is between things that are not the choices."""
-    asked = _asked_way(question)
+    or no.' the comparison is between things that are not the choices. Comparatives only: a plain word is too often
+    something else ('In short, a river.', 'by a little')."""
+    asked = _asked_way(question, choices)
     if asked is None:
         return False
     dimension, upward = asked
-    said_ways = _comparisons(re.findall(r"[a-z]+", said.lower()), _DEGREE)  # 'A ship is huge.' says 'bigger'
+    said_ways = _comparisons(re.findall(r"[a-z]+", said.lower()))
     return {way for way in said_ways if way[0] == dimension} == {(dimension, not upward)}
 
 
-def _asked_way(question: str) -> tuple[int, bool] | None:
+def _asked_way(question: str, choices: Sequence[str] = ()) -> tuple[int, bool] | None:
     """The one comparison a which-question asks its choices about ('Which is larger, 86 or 79?': size, upward), else
-    None."""
-    words = re.findall(r"[a-z]+", question.lower())
+    None; the choices' own words aside ('Which is older, New York or Rome?')."""
+    own = {w for c in choices for w in re.findall(r"[a-z]+", str(c).lower())}
+    words = [w for w in re.findall(r"[a-z]+", question.lower()) if w not in own]
     if not _ASKS_WHICH & set(words) or "than" in words:
         return None
     asked = _comparisons(words)
@@ -335,10 +354,15 @@ def _asked_way(question: str) -> tuple[int, bool] | None:
 
 def _comparisons(words: list[str], table: dict[str, tuple[int, bool]] | None = None) -> set[tuple[int, bool]]:
     """The directions lower-case `words` compare in (`table`, by default `_DIRECTION`), a negated comparison word
-    ('not larger') the other way."""
+    ('not larger') the other way; an idiom compares nothing ('Which is the least like the others?', 'a long time',
+    'in short')."""
     table = _DIRECTION if table is None else table
     return {(table[w][0], table[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
-            for i, w in enumerate(words) if w in table}
+            for i, w in enumerate(words) if w in table and not _IDIOM_AFTER & set(words[i + 1:i + 2])
+            and words[max(0, i - 1):i] != ["in"]}
+
+
+_IDIOM_AFTER = frozenset({"like", "time", "ago", "while"})
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
@@ -363,7 +387,7 @@ _DIRECTION = _directions(
 )
 # the same directions in plain words, as a contrast says them: 'Snails are small, while a ship is massive.'
 _DEGREE = {**_DIRECTION, **_directions(
-    ("large big huge massive enormous giant gigantic vast", "small little tiny"), ("heavy", "light"),
+    ("large big huge massive enormous giant gigantic vast", "small tiny"), ("heavy", "light"),
     ("long tall", "short"), ("old ancient", "young new"), ("hot warm", "cold cool"), ("fast quick", "slow"),
     ("early", "late"),
 )}
@@ -372,8 +396,9 @@ _DEGREE = {**_DIRECTION, **_directions(
 def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: Sequence[str],
                         question: str) -> str | None:
     """The one choice whose clause (from where it is first named to where the next choice is: the subject first, as
-    in 'X is a tool') has a word of `question` that is neither a choice nor a question's frame ('which', 'these',
-    'reply'), else None: a contrast that says of one choice what was asked ('tool'), of the others something else.
+    in 'X is a tool'; `said` with the choices blanked) has a word of `question` that is neither a choice nor a
+    question's frame ('which', 'these', 'reply'), else None: a contrast that says of one choice what was asked
+    ('tool'), of the others something else.
     Base replies to a held-back category file (*Which of these is a tool: violin, pliers or bus?*) were of this kind
     on 4 of 16 prompts. A clause that says the question's comparison in any word (`_DEGREE`: 'massive' where it asks
     'bigger') picks its choice, one that says the opposite ('small') the other of two: *Snails are incredibly small
@@ -386,14 +411,14 @@ def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: S
     firsts = sorted({c: start for start, _, c in reversed(named)}.items(), key=lambda item: item[1])
     ends = [start for _, start in firsts[1:]] + [len(said)]
     clauses = [(c, said[start:end]) for (c, start), end in zip(firsts, ends, strict=True)]
-    way = _asked_way(question)
+    way = _asked_way(question, choices)
     picks = set()
     for choice, clause in clauses:
         ways = _comparisons(re.findall(r"[a-z]+", clause.lower()), _DEGREE)
         if asked & stems(clause) or way in ways:
             picks.add(choice)
-        if way is not None and (way[0], not way[1]) in ways:
-            picks.add(_the_other(choice, choices))
+        if way is not None and (way[0], not way[1]) in ways and (other := _the_other(choice, choices)) is not None:
+            picks.add(other)
     return picks.pop() if len(picks) == 1 else None
 
 
@@ -412,9 +437,15 @@ def _named_choices(said: str, choices: Sequence[str]) -> list[tuple[int, int, st
         value = {parse_number(c): c for c in choices}
         return [(m.start(), m.end(), value[parse_number(m.group())]) for m in re.finditer(NUMBER, said)
                 if parse_number(m.group()) in value]
-    found = {(m.start(), m.end(), c) for c in choices for spelled in spellings(normalize_text(c)) if spelled
-             for variant in either_number(spelled) for m in re.finditer(rf"(?<!\w){re.escape(variant)}(?!\w)", said)}
-    return sorted(found)
+    def found(c: str, forms) -> set[tuple[int, int, str]]:
+        return {(m.start(), m.end(), c) for form in forms if form
+                for m in re.finditer(rf"(?<!\w){re.escape(form)}(?!\w)", said)}
+
+    named = set()
+    for c in choices:  # in the other number only where the choice is not named as given: 'a plane flies ... a fly'
+        spelled = spellings(normalize_text(c))
+        named |= found(c, spelled) or found(c, {form for s in spelled if s for form in either_number(s)})
+    return sorted(named)
 
 
 _IRREGULAR_PLURALS = dict(pair.split("/") for pair in (
@@ -441,13 +472,13 @@ def _other_numbers(word: str) -> set[str]:
     'potatoes' -> 'potato', 'potatoe')."""
     if word in _IRREGULAR_PLURALS or word in _IRREGULAR_SINGULARS:
         return {_IRREGULAR_PLURALS.get(word) or _IRREGULAR_SINGULARS[word]}
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):  # 'ants' -> 'ant'
-        return {word[:-1], re.sub(r"ies$", "y", word), re.sub(r"es$", "", word), re.sub(r"ves$", "f", word),
-                re.sub(r"ves$", "fe", word)} - {word}
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):  # 'ants' -> 'ant'
+        return {word[:-1], re.sub(r"ies$", "y", word), re.sub(r"(?:(?<=[sxzo])|(?<=[cs]h))es$", "", word),
+                re.sub(r"ves$", "f", word), re.sub(r"ves$", "fe", word)} - {word}
     if re.search(r"[^aeiou]y$", word):
         return {word[:-1] + "ies"}
     if re.search(r"(?:s|x|z|ch|sh|o)$", word):
-        return {word + "es", word + "s"}  # 'buses', 'pianos'
+        return {word + "es", word + "s"}  # 'buses', 'viruses', 'pianos'
     if re.search(r"(?:[^f]f|fe)$", word):
         return {re.sub(r"fe?$", "ves", word), word + "s"}  # 'leaves', 'roofs'
     return {word + "s"}
@@ -1007,6 +1038,6 @@ def _marked_span(text: str) -> str | None:
     return marked[-1] if marked else None
 
 
-# 'answer: ...', 'the answer is ...', not 'To find the answer, we ...' nor 'answered'; the last of a line, as
-# 'The answer is a mouse. A truck is large. So, the answer is a mouse.' ends on its answer
-_MARKED = re.compile(r"^.*\banswer(?:\s+is\b\s*:?|\s*:)\s*(.+)", re.I | re.M)
+# 'answer: ...', 'the answer is ...', not 'To find the answer, we ...', 'answered' nor 'I hope this answer is
+# helpful'; the last of a line, as 'The answer is a truck. ... So, the answer is a mouse.' ends on its answer
+_MARKED = re.compile(r"^.*(?<!\bthis )(?<!\bthat )(?<!\byour )\banswer(?:\s+is\b\s*:?|\s*:)\s*(.+)", re.I | re.M)
