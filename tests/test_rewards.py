@@ -693,10 +693,14 @@ def test_the_last_marked_answer_is_the_answer():
      "Plum is a fruit, unlike the others.", "plum"),
     ("Which is bigger, a giraffe or an ant?", ["giraffe", "ant"], "The giraffe is much taller than the ant.",
      "giraffe"),
+    ("Which is bigger, a lion or a pea?", ["lion", "pea"],
+     "Lions are also more active and social animals, whereas peahogs are smaller and more agile.", "lion"),
+    ("Which is bigger, a lion or a pea?", ["lion", "pea"], "The lion is smaller, whereas the elephant is huge.", "pea"),
 ])
 def test_a_choice_reply_is_read_as_its_words_say(question, choices, reply, pick):
     """Replies a review wrote against the choice rule: a choice's own words ('New York', 'a light bulb') compare
     nothing, an idiom ('in short', 'a long time') compares nothing, a comparison of another kind ('years old' for
-    'bigger') answers nothing, a short last line is an answer, a later 'this answer is' marks none, and a verb
-    ('flies') is no plural where the choice is named as given."""
+    'bigger') answers nothing, a short last line is an answer, a later 'this answer is' marks none, a verb ('flies')
+    is no plural where the choice is named as given, and a comparison said of another thing in a contrast ('whereas
+    peahogs are smaller', a trained which-is-bigger reply) does not turn the pick round."""
     assert picked_choice(reply, choices, question) == pick

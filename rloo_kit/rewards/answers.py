@@ -278,10 +278,20 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
-            return _the_other(first, choices) if _said_the_other_way(plain, question, choices) else first
+            own = _clause_at(plain, start)  # '..., whereas peahogs are smaller' says nothing of the pick's size
+            return _the_other(first, choices) if _said_the_other_way(own, question, choices) else first
         if not numbers and (picked := _says_what_is_asked(plain, named, choices, question)) is not None:
             return picked
     return None
+
+
+def _clause_at(said: str, at: int) -> str:
+    """The clause of `said` around position `at`, cut at a contrast ('while', 'whereas', 'but', 'although')."""
+    cuts = [0, *(m.start() for m in _CONTRAST.finditer(said)), len(said)]
+    return next(said[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if a <= at < b or b == len(said))
+
+
+_CONTRAST = re.compile(r"\b(?:while|whereas|but|although|though)\b", re.I)
 
 
 def _blanked(said: str, named: list[tuple[int, int, str]]) -> str:
