@@ -520,7 +520,7 @@ def evaluate(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerB
     flat_prompts = [p for p in prompts for _ in range(samples)]
     flat = [t for group in texts for t in group]
     completion_ids = [seq for group in ids for seq in group]  # as TRL gives them to a reward
-    eos = eos_token_ids(model, tokenizer)
+    eos = eos_token_ids(model, tokenizer) if any(n >= max_new_tokens for ns in lengths for n in ns) else set()
     cut = [[n >= max_new_tokens and not (seq and seq[-1] in eos) for n, seq in zip(ns, seqs, strict=True)]
            for ns, seqs in zip(lengths, ids, strict=True)]  # ran to the limit without ending: an end there is no cut
     rewards = {getattr(f, "__name__", "reward"): f(prompts=flat_prompts, completions=flat,

@@ -661,8 +661,8 @@ def test_a_contrast_in_plain_words_picks_by_the_direction_asked():
     assert is_correct(reply, "snail", prompt="Which is smaller, a snail or a ship?", choices=["snail", "ship"])
     assert not is_correct("A car is a fast vehicle, while a chair is furniture.", "car",
                           prompt="Which is bigger, a car or a chair?", choices=["car", "chair"])  # speed, not size
-    assert not is_correct("Snails are small, while ships are small too.", "ship",
-                          prompt="Which is bigger, a snail or a ship?", choices=["snail", "ship"])
+    assert picked_choice("Snails are small, while ships are small too.", ["snail", "ship"],
+                         "Which is bigger, a snail or a ship?") is None
 
 
 def test_the_last_marked_answer_is_the_answer():
@@ -694,7 +694,19 @@ def test_the_last_marked_answer_is_the_answer():
     ("Which is bigger, a giraffe or an ant?", ["giraffe", "ant"], "The giraffe is much taller than the ant.",
      "giraffe"),
     ("Which is bigger, a lion or a pea?", ["lion", "pea"],
-     "Lions are also more active and social animals, whereas peahogs are smaller and more agile.", "lion"),
+     "Lions are also more active and social animals, whereas peahogs are smaller and more agile.", None),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "A ship is bigger. Snails are slow.", "ship"),
+    ("Which is smaller, a pea or a train?", ["pea", "train"], "A train is longer than a pea.", "pea"),
+    ("Which is smaller, a pea or a train?", ["pea", "train"],
+     "A train is much larger than a pea, so the pea is smaller.", "pea"),
+    ("Which is smaller, a pea or a train?", ["pea", "train"], "Trains can be longer than a mile, but a pea is small.",
+     "pea"),
+    ("Which is colder, ice or steam?", ["ice", "steam"],
+     "Ice is at 0 degrees while steam is at 100 degrees, so ice is colder.", "ice"),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "I am not sure whether a snail or a ship is bigger.",
+     None),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "Sure! The ship, of course.", "ship"),
+    ("Which is smaller, a bear or a rabbit?", ["bear", "rabbit"], "Bears are huge.", "rabbit"),
     ("Which is bigger, a lion or a pea?", ["lion", "pea"], "The lion is smaller, whereas the elephant is huge.", "pea"),
 ])
 def test_a_choice_reply_is_read_as_its_words_say(question, choices, reply, pick):

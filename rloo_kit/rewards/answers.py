@@ -264,34 +264,49 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     """
     marked, numbers = _marked_span(text), offers_numbers(choices)
     spans = [marked] if marked is not None else sentences(text)
-    for span in reversed(spans):
-        said = span if numbers else normalize_text(span)
-        named = _named_choices(said, choices)
+    saids = [span if numbers else normalize_text(span) for span in spans]
+    nameds = [_named_choices(said, choices) for said in saids]
+    first_naming = next((i for i, named in enumerate(nameds) if named), None)
+    for i in reversed(range(len(spans))):
+        said, named = saids[i], nameds[i]
         if not named:
             continue
         (start, end, first), *others = named
         rival = next((start for start, _, choice in others if choice != first), None)
         plain = _blanked(said, named)  # a choice's own words compare nothing: 'New York', 'a light bulb'
-        if rival is None or _SETS_APART & set(re.findall(r"[a-z]+", said[end:rival].lower())):
-            whole = marked is not None or len(spans) == 1 or re.search(r"[.!?]\W*$", span)  # not cut mid-sentence
-            if not _answers_the_comparison(plain, question, choices, whole):
+        if rival is None or _sets_apart(said[end:rival]):
+            own = _clause_at(plain, start)  # '..., whereas peahogs are smaller' says nothing of the pick
+            # a short answer stands where it is whole and first: 'A ship is bigger. Snails are slow.' picks the ship
+            short = marked is not None or i == first_naming and (len(spans) == 1 or re.search(r"[.!?]\W*$", spans[i]))
+            if not _answers_the_comparison(own, question, choices, short):
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
-            own = _clause_at(plain, start)  # '..., whereas peahogs are smaller' says nothing of the pick's size
             return _the_other(first, choices) if _said_the_other_way(own, question, choices) else first
         if not numbers and (picked := _says_what_is_asked(plain, named, choices, question)) is not None:
             return picked
     return None
 
 
+def _sets_apart(between: str) -> bool:
+    """Whether the words between two named choices set the first against the second ('than', 'not', ...), within
+    one clause: 'Trains can be longer than a mile, but a pea is small.' sets no train against the pea."""
+    return bool(_SETS_APART & set(_lower_words(between))) and not _CONTRAST.search(between)
+
+
+def _lower_words(text: str) -> list[str]:
+    return re.findall(r"[a-z]+", text.lower())
+
+
 def _clause_at(said: str, at: int) -> str:
-    """The clause of `said` around position `at`, cut at a contrast ('while', 'whereas', 'but', 'although')."""
-    cuts = [0, *(m.start() for m in _CONTRAST.finditer(said)), len(said)]
-    return next(said[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if a <= at < b or b == len(said))
+    """The clause of `said` that holds position `at`, cut where a contrast or a conclusion begins (`_CONTRAST`):
+    '18 is less than 92, so 92 is larger.' reads '18 is less than 92, ' for 18."""
+    cuts = [m.start() for m in _CONTRAST.finditer(said) if m.start() > 0]
+    before = [c for c in cuts if c <= at]
+    return said[before[-1] if before else 0:next((c for c in cuts if c > at), len(said))]
 
 
-_CONTRAST = re.compile(r"\b(?:while|whereas|but|although|though)\b", re.I)
+_CONTRAST = re.compile(r"\b(?:while|whereas|but|although|though|so|therefore|thus|hence)\b", re.I)
 
 
 def _blanked(said: str, named: list[tuple[int, int, str]]) -> str:
@@ -301,28 +316,30 @@ def _blanked(said: str, named: list[tuple[int, int, str]]) -> str:
     return said
 
 
-def _answers_the_comparison(plain: str, question: str, choices: Sequence[str], whole: bool) -> bool:
-    """Whether a sentence that picks a choice (`plain`: its choices blanked) answers `question`'s comparison: it
+def _answers_the_comparison(plain: str, question: str, choices: Sequence[str], short: bool) -> bool:
+    """Whether a clause that picks a choice (`plain`: its choices blanked) answers `question`'s comparison: it
     compares in the dimension asked or a kin one (`_DEGREE`: 'A ship is huge.', 'taller' for 'bigger'), or calls its
-    pick the answer, or is the choice alone, or is `whole` and says little else ('I think it's the ship.'), or the
-    question asks none. The rambles of a which-is-bigger file's base model pick in sentences that compare nothing
+    pick the answer, or is the choice alone, or may be `short` and says little else ('The ship, of course.'),
+    or the question asks none. The rambles of a which-is-bigger file's base model pick in sentences that compare nothing
     asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are more
     intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
     asked = _asked_way(question, choices)
     if asked is None or _CALLS_IT_THE_ANSWER.search(plain):
         return True
-    if any(_kin(dimension, asked[0]) for dimension, _ in _comparisons(re.findall(r"[a-z]+", plain.lower()), _DEGREE)):
+    if any(_kin(dimension, asked[0]) for dimension, _ in _comparisons(_lower_words(plain), _DEGREE)):
         return True
     rest = [w for w in re.findall(r"\w+(?:['\u2019]\w+)?", plain.lower()) if w not in ("a", "an", "the")]
-    return not rest or bool(whole) and len(rest) <= _FEW_WORDS
+    return not rest or short and len(rest) <= _FEW_WORDS
 
 
-_FEW_WORDS = 3  # besides the choice and articles: 'It is the ship.', 'The ship, of course.', "I think it's a ship."
+_FEW_WORDS = 3  # besides the choice and articles: 'The ship, of course.', "I think it's a ship." ('The number 92 is a
+# prime number.' has four)
 _CALLS_IT_THE_ANSWER = re.compile(r"\b(?:answer|choice)\s*(?:is\b|:)|\b(?:the|my)\s+answer\b", re.I)
 _SIZE_LIKE = frozenset({0, 1, 2})  # size, weight, length: 'A giraffe is taller.' answers 'Which is bigger?'
 
 
 def _kin(dimension: int, asked: int) -> bool:
+    """Whether a comparison in `dimension` answers one asked in `asked` (`_SIZE_LIKE`)."""
     return dimension == asked or {dimension, asked} <= _SIZE_LIKE
 
 
@@ -341,21 +358,21 @@ def _said_the_other_way(said: str, question: str, choices: Sequence[str] = ()) -
     than 86.' compares as 'smaller', '86 is not the smaller.' as 'larger'. A held-out reply to a which-is-larger file,
     'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks which of its
     choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74? Reply yes
-    or no.' the comparison is between things that are not the choices. Comparatives only: a plain word is too often
-    something else ('In short, a river.', 'by a little')."""
+    or no.' the comparison is between things that are not the choices. Plain words and kin kinds count as they do for
+    `_answers_the_comparison`: 'A train is longer.' answers 'Which is smaller?' with the other thing."""
     asked = _asked_way(question, choices)
     if asked is None:
         return False
     dimension, upward = asked
-    said_ways = _comparisons(re.findall(r"[a-z]+", said.lower()))
-    return {way for way in said_ways if way[0] == dimension} == {(dimension, not upward)}
+    said_ways = {up for d, up in _comparisons(_lower_words(said), _DEGREE) if _kin(d, dimension)}
+    return said_ways == {not upward}
 
 
 def _asked_way(question: str, choices: Sequence[str] = ()) -> tuple[int, bool] | None:
     """The one comparison a which-question asks its choices about ('Which is larger, 86 or 79?': size, upward), else
     None; the choices' own words aside ('Which is older, New York or Rome?')."""
-    own = {w for c in choices for w in re.findall(r"[a-z]+", str(c).lower())}
-    words = [w for w in re.findall(r"[a-z]+", question.lower()) if w not in own]
+    own = {w for c in choices for w in _lower_words(str(c))}
+    words = [w for w in _lower_words(question) if w not in own]
     if not _ASKS_WHICH & set(words) or "than" in words:
         return None
     asked = _comparisons(words)
@@ -372,7 +389,7 @@ def _comparisons(words: list[str], table: dict[str, tuple[int, bool]] | None = N
             and words[max(0, i - 1):i] != ["in"]}
 
 
-_IDIOM_AFTER = frozenset({"like", "time", "ago", "while"})
+_IDIOM_AFTER = frozenset({"like", "time", "ago"})  # 'least like the others', 'a long time', 'long ago'
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
@@ -405,26 +422,28 @@ _DEGREE = {**_DIRECTION, **_directions(
 
 def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: Sequence[str],
                         question: str) -> str | None:
-    """The one choice whose clause (from where it is first named to where the next choice is: the subject first, as
-    in 'X is a tool'; `said` with the choices blanked) has a word of `question` that is neither a choice nor a
+    """The one choice whose clauses (each from where it is named to where a choice is named next: the subject first,
+    as in 'X is a tool'; `said` with the choices blanked) have a word of `question` that is neither a choice nor a
     question's frame ('which', 'these', 'reply'), else None: a contrast that says of one choice what was asked
-    ('tool'), of the others something else.
-    Base replies to a held-back category file (*Which of these is a tool: violin, pliers or bus?*) were of this kind
-    on 4 of 16 prompts. A clause that says the question's comparison in any word (`_DEGREE`: 'massive' where it asks
-    'bigger') picks its choice, one that says the opposite ('small') the other of two: *Snails are incredibly small
-    and delicate, while a ship is a massive and complex machine.* answers 'Which is bigger, a snail or a ship?' with
-    the ship, and *Elephants are massive ..., while frogs are much smaller.* 'Which is smaller?' with the frog."""
+    ('tool'), of the others something else. Base replies to a held-back category file (*Which of these is a tool:
+    violin, pliers or bus?*) were of this kind on 4 of 16 prompts. A clause that says the question's comparison in
+    any word (`_DEGREE`: 'massive' where it asks 'bigger') picks its choice, one that says the opposite ('small') the
+    other of two: *Snails are incredibly small and delicate, while a ship is a massive and complex machine.* answers
+    'Which is bigger, a snail or a ship?' with the ship, and *Elephants are massive ..., while frogs are much
+    smaller.* 'Which is smaller?' with the frog. Choices only listed ('a snail or a ship is bigger') are a hedge."""
     def stems(text: str) -> set[str]:
         return {w.rstrip("s") for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 3}
 
     asked = stems(question) - _QUESTION_FRAME - {w for *_, c in named for w in stems(c)}
-    firsts = sorted({c: start for start, _, c in reversed(named)}.items(), key=lambda item: item[1])
-    ends = [start for _, start in firsts[1:]] + [len(said)]
-    clauses = [(c, said[start:end]) for (c, start), end in zip(firsts, ends, strict=True)]
+    ends = [start for start, _, _ in named[1:]] + [len(said)]  # '..., so ice is colder.': the clause is the ice's
+    clauses = [(c, said[start:end]) for (start, _, c), end in zip(named, ends, strict=True)]
+    pairs = zip(named, named[1:], strict=False)
+    if any(c != d and set(_lower_words(said[e:s])) <= _LIST_WORDS for (_, e, c), (s, _, d) in pairs):
+        return None  # 'a snail or a ship is bigger', 'Both a snail and a ship can be big.': a hedge
     way = _asked_way(question, choices)
     picks = set()
     for choice, clause in clauses:
-        ways = _comparisons(re.findall(r"[a-z]+", clause.lower()), _DEGREE)
+        ways = _comparisons(_lower_words(clause), _DEGREE)
         if asked & stems(clause) or way in ways:
             picks.add(choice)
         if way is not None and (way[0], not way[1]) in ways and (other := _the_other(choice, choices)) is not None:
@@ -438,6 +457,7 @@ _QUESTION_FRAME = frozenset({"which", "these", "thi", "that", "what", "doe", "wo
 
 
 _SETS_APART = frozenset({"than", "not", "rather", "instead", "before", "over", "unlike"})
+_LIST_WORDS = frozenset({"or", "and", "a", "an", "the", "nor", "either", "neither", "both"})
 
 
 def _named_choices(said: str, choices: Sequence[str]) -> list[tuple[int, int, str]]:
