@@ -666,7 +666,11 @@ def test_a_contrast_in_plain_words_picks_by_the_direction_asked():
 
 
 def test_the_last_marked_answer_is_the_answer():
-    """'The answer is 5 PM. Sorry, the answer is 6 PM.' answers 6 PM: the first mark swallowed the second."""
+    """'The answer is 5 PM. Sorry, the answer is 6 PM.' answers 6 PM: the first mark swallowed the second. A choice is
+    read in the marked sentence alone: an animal-or-colour reply went on past its mark to name the other label."""
+    red = ('The answer is: "Red" is a color. It is a fundamental color that exists on the spectrum of colors, but it '
+           'is not an animal.')
+    assert picked_choice(red, ["animal", "colour"], "Is 'red' an animal or a colour?") == "colour"
     assert is_correct("The answer is 5 PM. Sorry, the answer is 6 PM.", "6 PM")
     assert not is_correct("The answer is 5 PM. Sorry, the answer is 6 PM.", "5 PM")
     reply = "The answer is a truck. A mouse is small and a truck is large. So, the answer is a mouse."

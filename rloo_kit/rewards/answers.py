@@ -263,7 +263,7 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     '79'
     """
     marked, numbers = _marked_span(text), offers_numbers(choices)
-    spans = [marked] if marked is not None else sentences(text)
+    spans = sentences(marked)[:1] if marked is not None else sentences(text)  # a mark's own sentence, not the rest
     saids = [span if numbers else normalize_text(span) for span in spans]
     nameds = [_named_choices(said, choices) for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
