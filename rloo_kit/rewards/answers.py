@@ -267,6 +267,7 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     saids = [span if numbers else normalize_text(span) for span in spans]
     nameds = [_named_choices(said, choices) for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
+    asked = _asked_way(question, choices)  # once a reply, not once a sentence: this runs on every completion
     for i in reversed(range(len(spans))):
         said, named = saids[i], nameds[i]
         if not named:
@@ -278,12 +279,12 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
             own = _clause_at(plain, start)  # '..., whereas peahogs are smaller' says nothing of the pick
             # a short answer stands where it is whole and first: 'A ship is bigger. Snails are slow.' picks the ship
             short = marked is not None or i == first_naming and (len(spans) == 1 or re.search(r"[.!?]\W*$", spans[i]))
-            if not _answers_the_comparison(own, question, choices, short):
+            if not _answers_the_comparison(own, asked, short):
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
-            return _the_other(first, choices) if _said_the_other_way(own, question, choices) else first
-        if not numbers and (picked := _says_what_is_asked(plain, named, choices, question)) is not None:
+            return _the_other(first, choices) if _said_the_other_way(own, asked) else first
+        if not numbers and (picked := _says_what_is_asked(plain, named, choices, question, asked)) is not None:
             return picked
     return None
 
@@ -316,14 +317,13 @@ def _blanked(said: str, named: list[tuple[int, int, str]]) -> str:
     return said
 
 
-def _answers_the_comparison(plain: str, question: str, choices: Sequence[str], short: bool) -> bool:
-    """Whether a clause that picks a choice (`plain`: its choices blanked) answers `question`'s comparison: it
-    compares in the dimension asked or a kin one (`_DEGREE`: 'A ship is huge.', 'taller' for 'bigger'), or calls its
-    pick the answer, or is the choice alone, or may be `short` and says little else ('The ship, of course.'),
-    or the question asks none. The rambles of a which-is-bigger file's base model pick in sentences that compare nothing
-    asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are more
-    intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
-    asked = _asked_way(question, choices)
+def _answers_the_comparison(plain: str, asked: tuple[int, bool] | None, short: bool) -> bool:
+    """Whether a clause that picks a choice (`plain`: its choices blanked) answers the comparison the question asks
+    (`asked`, `_asked_way`): it compares in the dimension asked or a kin one (`_DEGREE`: 'A ship is huge.', 'taller' for
+    'bigger'), or calls its pick the answer, or is the choice alone, or may be `short` and says little else ('The ship,
+    of course.'), or the question asks none. The rambles of a which-is-bigger file's base model pick in sentences that
+    compare nothing asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are
+    more intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
     if asked is None or _CALLS_IT_THE_ANSWER.search(plain):
         return True
     if any(_kin(dimension, asked[0]) for dimension, _ in _comparisons(_lower_words(plain), _DEGREE)):
@@ -352,15 +352,14 @@ def _the_other(choice: str, choices: Sequence[str]) -> str | None:
     return rest.pop() if len(rest) == 1 else None
 
 
-def _said_the_other_way(said: str, question: str, choices: Sequence[str] = ()) -> bool:
-    """Whether `said` compares in the opposite direction of `question` ('smaller' where it asks 'larger') and nowhere
-    in its direction. A comparison word up to two words after 'not' or 'no' says the other way: '79 is not larger
-    than 86.' compares as 'smaller', '86 is not the smaller.' as 'larger'. A held-out reply to a which-is-larger file,
-    'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks which of its
-    choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74? Reply yes
-    or no.' the comparison is between things that are not the choices. Plain words and kin kinds count as they do for
-    `_answers_the_comparison`: 'A train is longer.' answers 'Which is smaller?' with the other thing."""
-    asked = _asked_way(question, choices)
+def _said_the_other_way(said: str, asked: tuple[int, bool] | None) -> bool:
+    """Whether `said` compares in the opposite direction of the question's (`asked`, `_asked_way`: 'smaller' where it
+    asks 'larger') and nowhere in its direction. A comparison word up to two words after 'not' or 'no' says the other
+    way: '79 is not larger than 86.' compares as 'smaller', '86 is not the smaller.' as 'larger'. A held-out reply to a
+    which-is-larger file, 'The smaller number is 86, which is 86.', was paid as picking 86. Only a question that asks
+    which of its choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74?
+    Reply yes or no.' the comparison is between things that are not the choices. Plain words and kin kinds count as they
+    do for `_answers_the_comparison`: 'A train is longer.' answers 'Which is smaller?' with the other thing."""
     if asked is None:
         return False
     dimension, upward = asked
@@ -420,19 +419,19 @@ _DEGREE = {**_DIRECTION, **_directions(
 )}
 
 
-def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: Sequence[str],
-                        question: str) -> str | None:
-    """The one choice whose clauses (each from where it is named to where a choice is named next: the subject first,
-    as in 'X is a tool'; `said` with the choices blanked) have a word of `question` that is neither a choice nor a
-    question's frame ('which', 'these', 'reply'), else None: a contrast that says of one choice what was asked
-    ('tool'), of the others something else. Base replies to a held-back category file (*Which of these is a tool:
-    violin, pliers or bus?*) were of this kind on 4 of 16 prompts. A clause that says the question's comparison in
-    any word (`_DEGREE`: 'massive' where it asks 'bigger') picks its choice, one that says the opposite ('small') the
-    other of two: *Snails are incredibly small and delicate, while a ship is a massive and complex machine.* answers
-    'Which is bigger, a snail or a ship?' with the ship, and *Elephants are massive ..., while frogs are much
-    smaller.* 'Which is smaller?' with the frog. Choices only listed ('a snail or a ship is bigger') are a hedge."""
+def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: Sequence[str], question: str,
+                        way: tuple[int, bool] | None) -> str | None:
+    """The one choice whose clauses (each from where it is named to where a choice is named next: the subject first, as
+    in 'X is a tool'; `said` with the choices blanked) have a word of `question` that is neither a choice nor a
+    question's frame ('which', 'these', 'reply'), else None: a contrast that says of one choice what was asked ('tool'),
+    of the others something else. Base replies to a held-back category file (*Which of these is a tool: violin, pliers
+    or bus?*) were of this kind on 4 of 16 prompts. A clause that says the comparison asked (`way`, `_asked_way`) in any
+    word (`_DEGREE`: 'massive' where it asks 'bigger') picks its choice, one that says the opposite ('small') the other
+    of two: *Snails are incredibly small and delicate, while a ship is a massive and complex machine.* answers 'Which is
+    bigger, a snail or a ship?' with the ship, and *Elephants are massive ..., while frogs are much smaller.* 'Which is
+    smaller?' with the frog. Choices only listed ('a snail or a ship is bigger') are a hedge."""
     def stems(text: str) -> set[str]:
-        return {w.rstrip("s") for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 3}
+        return {w.rstrip("s") for w in _lower_words(text) if len(w) > 3}
 
     asked = stems(question) - _QUESTION_FRAME - {w for *_, c in named for w in stems(c)}
     ends = [start for start, _, _ in named[1:]] + [len(said)]  # '..., so ice is colder.': the clause is the ice's
@@ -440,7 +439,6 @@ def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: S
     pairs = zip(named, named[1:], strict=False)
     if any(c != d and set(_lower_words(said[e:s])) <= _LIST_WORDS for (_, e, c), (s, _, d) in pairs):
         return None  # 'a snail or a ship is bigger', 'Both a snail and a ship can be big.': a hedge
-    way = _asked_way(question, choices)
     picks = set()
     for choice, clause in clauses:
         ways = _comparisons(_lower_words(clause), _DEGREE)
