@@ -67,31 +67,19 @@ def run(name: str, max_steps: int, preflight_only: bool, reuse: bool, verdict_ag
               flush=True)
     metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
     if preflight_only and (out / "preflight.json").is_file():
-        metrics = {"preflight": summary(json.loads((out / "preflight.json").read_text()))}
+        metrics = {"preflight": json.loads((out / "preflight.json").read_text())["summary"]}
     again = out / "preflight-again.json"  # a verdict taken again is the row's verdict from then on
     if verdict_again and metrics:
         subprocess.run([sys.executable, "-m", "rloo_kit.cli", "preflight", *options, "--json", str(again)],
                        capture_output=True, text=True)
     if metrics and reuse and again.is_file():
-        metrics["preflight"] = summary(json.loads(again.read_text()))
+        metrics["preflight"] = json.loads(again.read_text())["summary"]
     refusal = next((line for line in done.stderr.splitlines() if line.startswith("rloo-kit:")), None) if done else None
     return {"task": name, "kind": kind, "exit_code": done.returncode if done else None, "wall_minutes": wall,
             "refused_by": refusal, "preflight": metrics.get("preflight"), "steps": metrics.get("steps"),
             "train_minutes": metrics.get("minutes"), "max_completion_length": metrics.get("max_completion_length"),
             "accuracy_before": metrics.get("accuracy_before"), "accuracy_after": metrics.get("accuracy_after"),
             "command": " ".join(["rloo-kit", *cmd[3:]]).replace(str(REPO) + "/", "")}
-
-
-def summary(report: dict) -> dict:
-    """The fields metrics.json keeps of a pre-flight (rloo_kit.pipeline), from `rloo-kit preflight --json`."""
-    def figures(setup: dict) -> dict:
-        keys = ("max_completion_length", "flat_fraction", "zero_spread_fraction", "truncation_rate", "pass_rate")
-        return {**{k: setup[k] for k in keys}, "problems": [p["kind"] for p in setup["problems"]]}
-
-    return {"ok": report["ok"], "verdict": report["verdict"], "problems": report["kinds"],
-            "seconds": round(report["seconds"], 1), "probe_length": report["probe_length"],
-            "widened_from": report["widened_from"], **figures({**report, "problems": report["problems"]}),
-            "as_asked": figures(report["asked"]), "blocking": [p["kind"] for p in report["problems"] if p["blocking"]]}
 
 
 def verdict(r: dict) -> str:

@@ -228,7 +228,7 @@ class Run:
         self.task, notes = fit_task(self.task, report)
         self.preflight_report, self.report.own_task_defaults = report, notes
         self.sampling = report.sampling_measured()
-        self.report.preflight = _preflight_summary(report)
+        self.report.preflight = report.summary()
         if is_main_process():
             (self.out / PREFLIGHT).write_text(json.dumps(report.to_dict(), indent=2))
             fitted = report.brevity_max_chars if report.applies else None
@@ -513,19 +513,3 @@ def _cannot_learn(problems: list[str], force: str) -> str:
 
 def _fmt(accuracy: float | None) -> str:
     return "n/a (no answer column)" if accuracy is None else f"{accuracy:.2f}"
-
-
-def _preflight_summary(report: PreflightReport) -> dict:
-    """What metrics.json keeps of the pre-flight: the verdict and the trained setup's figures (`ok`, `problems`, ...)
-    at the top level, the as-asked figures beside them."""
-    def figures(setup) -> dict:
-        return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
-                "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
-                "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok,
-                "temperature": setup.temperature}
-
-    return {"verdict": report.verdict, "seconds": round(report.seconds, 1),
-            "num_generations": report.num_generations, "probe_length": report.probe_length,
-            "greedy_pass_rate": report.greedy_pass_rate, "colder": [figures(s) for s in report.colder],
-            "widened_from": report.widened_from, **figures(report.trained), "as_asked": figures(report.asked),
-            "prompts": [asdict(p) for p in report.prompts], "blocking": report.blocking_kinds()}

@@ -290,7 +290,24 @@ class PreflightReport:
         out.update(ok=self.ok, verdict=self.verdict, problems=[asdict(p) for p in self.problems], kinds=self.kinds())
         sampling = self.sampling_measured()  # what a resumed run's health monitor reads back
         out["sampling_measured"] = asdict(sampling) if sampling is not None else None
+        out["summary"] = self.summary()
         return out
+
+    def summary(self) -> dict:
+        """What metrics.json keeps of the pre-flight: the verdict and the trained setup's figures (`ok`, `problems`,
+        ...) at the top level, the as-asked figures beside them. `to_dict` carries it too, so a benchmark that reads
+        `rloo-kit preflight --json` reads the same fields a run keeps."""
+        def figures(setup: Setup) -> dict:
+            return {"max_completion_length": setup.max_completion_length, "flat_fraction": setup.flat_fraction,
+                    "zero_spread_fraction": setup.zero_spread_fraction, "truncation_rate": setup.truncation_rate,
+                    "pass_rate": setup.pass_rate, "problems": [p.kind for p in setup.problems], "ok": setup.ok,
+                    "temperature": setup.temperature}
+
+        return {"verdict": self.verdict, "seconds": round(self.seconds, 1), "num_generations": self.num_generations,
+                "probe_length": self.probe_length, "greedy_pass_rate": self.greedy_pass_rate,
+                "colder": [figures(s) for s in self.colder], "widened_from": self.widened_from,
+                **figures(self.trained), "as_asked": figures(self.asked),
+                "prompts": [asdict(p) for p in self.prompts], "blocking": self.blocking_kinds()}
 
     def __str__(self) -> str:
         a = self.asked

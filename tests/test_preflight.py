@@ -108,6 +108,10 @@ def test_the_verdict_is_about_the_setup_that_will_be_trained():
     assert text.rstrip().endswith("verdict: can learn (with the changes above)")
     d = fitted.to_dict()
     assert d["ok"] and d["max_completion_length"] == 64 and d["asked"]["max_completion_length"] == 16
+    kept = d["summary"]  # what metrics.json keeps, carried by `rloo-kit preflight --json` for the benchmarks
+    assert kept == json.loads(json.dumps(fitted.summary())) and kept["verdict"] == "can learn"
+    assert (kept["max_completion_length"], kept["as_asked"]["max_completion_length"]) == (64, 16)
+    assert kept["problems"] == [] and kept["as_asked"]["problems"] == ["truncation"] and kept["blocking"] == []
     fixed = report(proposed=longer, applies=False, **cut)  # a length the user fixed is judged as it is
     assert not fixed.ok and "would be, with the fix" in str(fixed)
 
