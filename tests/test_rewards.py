@@ -712,11 +712,33 @@ def test_the_last_marked_answer_is_the_answer():
     ("Which is bigger, a snail or a ship?", ["snail", "ship"], "Sure! The ship, of course.", "ship"),
     ("Which is smaller, a bear or a rabbit?", ["bear", "rabbit"], "Bears are huge.", "rabbit"),
     ("Which is bigger, a lion or a pea?", ["lion", "pea"], "The lion is smaller, whereas the elephant is huge.", "pea"),
+    # base replies to a held-back heavier-or-lighter file
+    ("Which is heavier, a brick or a feather?", ["brick", "feather"], "A brick weighs much more than a feather.",
+     "brick"),
+    ("Which is smaller, 79 or 57?", ["79", "57"], "79 is more than 57.", "57"),
+    ("Which is bigger, an elephant or a kitten?", ["elephant", "kitten"],
+     "Elephants are more intelligent than kittens.", None),
+    ("Which is lighter, a pencil or a truck?", ["pencil", "truck"],
+     "The answer is a classic lateral thinking puzzle. A pencil is indeed lighter than a truck.", "pencil"),
+    ("Which number is larger, 92 or 85?", ["92", "85"], "Since 92 is larger than 85, the answer is 9.", None),
+    ("Which is lighter, a coin or a bear?", ["coin", "bear"],
+     "It goes like this: a coin is either lighter or heavier than a bear.", None),
+    ("Which is bigger, a snail or an elephant?", ["snail", "elephant"],
+     "Elephants are massive land animals that are much larger than the smallest snails.", "elephant"),
+    ("Which is heavier, an ant or an elephant?", ["ant", "elephant"],
+     "An ant is a type of small ant, whereas an elephant is a large, massive creature.", "elephant"),
+    ("Which is faster, a plane or a turtle?", ["plane", "turtle"],
+     'The statement "a plane is faster than a turtle" is an example of the "ad hominem" fallacy.', None),
+    ("Which is bigger, a lion or a pea?", ["lion", "pea"],
+     'The answer is a mathematical concept.\n\nIn logic, the answer to the question "Which is bigger, a lion or', None),
+    ("Which is bigger, a ship or a grape?", ["ship", "grape"], 'The answer is "the ship".', "ship"),
 ])
 def test_a_choice_reply_is_read_as_its_words_say(question, choices, reply, pick):
     """Replies a review wrote against the choice rule: a choice's own words ('New York', 'a light bulb') compare
     nothing, an idiom ('in short', 'a long time') compares nothing, a comparison of another kind ('years old' for
     'bigger') answers nothing, a short last line is an answer, a later 'this answer is' marks none, a verb ('flies')
     is no plural where the choice is named as given, and a comparison said of another thing in a contrast ('whereas
-    peahogs are smaller', a trained which-is-bigger reply) does not turn the pick round."""
+    peahogs are smaller', a trained which-is-bigger reply) does not turn the pick round; 'more' and 'less' compare as
+    amounts only, a mark that names no choice is a frame the reply goes on from, 'lighter or heavier' is a hedge, and
+    what a reply quotes (the question, a statement it calls a fallacy) is mentioned, not said."""
     assert picked_choice(reply, choices, question) == pick

@@ -262,9 +262,14 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     >>> picked_choice("The smaller number is 86.", ["86", "79"], "Which number is larger, 86 or 79?")
     '79'
     """
+    text = _mentions_blanked(text, question)
     marked, numbers = _marked_span(text), offers_numbers(choices)
     spans = sentences(marked)[:1] if marked is not None else sentences(text)  # a mark's own sentence, not the rest
-    saids = [span if numbers else normalize_text(span) for span in spans]
+    if marked is not None and not any(_named_choices(_as_said(span, numbers), choices) for span in spans):
+        # a mark that names no choice is a frame where the reply goes on to pick ('The answer is a bit ambiguous. A
+        # pencil is indeed lighter than a bus.'), and an answer where it ends ('..., so the answer is 9.' picks none)
+        marked, spans = None, sentences(text[text.rfind(marked):])[1:]
+    saids = [_as_said(span, numbers) for span in spans]
     nameds = [_named_choices(said, choices) for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
     asked = _asked_way(question, choices)  # once a reply, not once a sentence: this runs on every completion
@@ -281,12 +286,39 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
             short = marked is not None or i == first_naming and (len(spans) == 1 or re.search(r"[.!?]\W*$", spans[i]))
             if not _answers_the_comparison(own, asked, short):
                 continue
+            if _either_way(own, asked):  # 'a coin is either lighter or heavier than a bear'
+                continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
             return _the_other(first, choices) if _said_the_other_way(own, asked) else first
         if not numbers and (picked := _says_what_is_asked(plain, named, choices, question, asked)) is not None:
             return picked
     return None
+
+
+def _mentions_blanked(text: str, question: str) -> str:
+    """`text` with what it mentions rather than says blanked: each place it repeats `question` from its start, whole
+    or cut short (*the answer to the question "Which is bigger, a lion or* picks no lion), and each statement it
+    quotes, of more than `_FEW_WORDS` words (*The statement "a plane is faster than a turtle" is an example of the ad
+    hominem fallacy*); a quoted word or three stays an answer (*The answer is "the ship".*)."""
+    blanked = _QUOTED.sub(lambda m: " " * len(m.group()) if len(m.group().split()) > _FEW_WORDS else m.group(), text)
+    asked = question.strip()
+    if len(asked) < _QUOTED_HEAD:
+        return blanked
+    for found in re.finditer(re.escape(asked[:_QUOTED_HEAD]), text, re.I):
+        at, n = found.start(), _QUOTED_HEAD
+        while at + n < len(text) and n < len(asked) and text[at + n].lower() == asked[n].lower():
+            n += 1
+        blanked = blanked[:at] + " " * n + blanked[at + n:]
+    return blanked
+
+
+_QUOTED_HEAD = 12  # characters a repeat of the question must share from its start: 'Which is big'
+
+
+def _as_said(span: str, numbers: bool) -> str:
+    """A sentence as `picked_choice` reads it: numbers as written, things normalized."""
+    return span if numbers else normalize_text(span)
 
 
 def _sets_apart(between: str) -> bool:
@@ -326,7 +358,7 @@ def _answers_the_comparison(plain: str, asked: tuple[int, bool] | None, short: b
     more intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
     if asked is None or _CALLS_IT_THE_ANSWER.search(plain):
         return True
-    if any(_kin(dimension, asked[0]) for dimension, _ in _comparisons(_lower_words(plain), _DEGREE)):
+    if _ways(plain, asked):
         return True
     rest = [w for w in re.findall(r"\w+(?:['\u2019]\w+)?", plain.lower()) if w not in ("a", "an", "the")]
     return not rest or short and len(rest) <= _FEW_WORDS
@@ -360,11 +392,22 @@ def _said_the_other_way(said: str, asked: tuple[int, bool] | None) -> bool:
     which of its choices ('Which is larger, 86 or 79?') has a direction its choices answer: in 'Is 36 smaller than 74?
     Reply yes or no.' the comparison is between things that are not the choices. Plain words and kin kinds count as they
     do for `_answers_the_comparison`: 'A train is longer.' answers 'Which is smaller?' with the other thing."""
+    return asked is not None and _ways(said, asked) == {not asked[1]}
+
+
+def _either_way(said: str, asked: tuple[int, bool] | None) -> bool:
+    """Whether `said` offers both directions of the comparison asked as alternatives ('lighter or heavier'): a hedge."""
+    words = _lower_words(said)
+    return any(_ways(" ".join(words[i - 1:i + 2]), asked) == {True, False}
+               for i, w in enumerate(words) if w == "or" and 0 < i < len(words) - 1)
+
+
+def _ways(said: str, asked: tuple[int, bool] | None) -> set[bool]:
+    """The directions `said` compares in, in the dimension `asked` or a kin one, plain words included (`_DEGREE`):
+    {True} for 'The ship is huge.' where it asks 'bigger', {True, False} for a hedge."""
     if asked is None:
-        return False
-    dimension, upward = asked
-    said_ways = {up for d, up in _comparisons(_lower_words(said), _DEGREE) if _kin(d, dimension)}
-    return said_ways == {not upward}
+        return set()
+    return {up for dimension, up in _comparisons(_lower_words(said), _DEGREE) if _kin(dimension, asked[0])}
 
 
 def _asked_way(question: str, choices: Sequence[str] = ()) -> tuple[int, bool] | None:
@@ -384,11 +427,21 @@ def _comparisons(words: list[str], table: dict[str, tuple[int, bool]] | None = N
     'in short')."""
     table = _DIRECTION if table is None else table
     return {(table[w][0], table[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
-            for i, w in enumerate(words) if w in table and not _IDIOM_AFTER & set(words[i + 1:i + 2])
-            and words[max(0, i - 1):i] != ["in"]}
+            for i, w in enumerate(words) if w in table and _compares_here(words, i)}
 
 
-_IDIOM_AFTER = frozenset({"like", "time", "ago"})  # 'least like the others', 'a long time', 'long ago'
+def _compares_here(words: list[str], i: int) -> bool:
+    """Whether comparison word `words[i]` compares: not in an idiom, and 'more' or 'less' only as an amount ('more
+    than', 'weighs much more', 'Which is less?'), not as the degree of the next word ('more intelligent than')."""
+    after = words[i + 1:i + 2]
+    if _IDIOM_AFTER & set(after) or words[max(0, i - 1):i] == ["in"]:
+        return False
+    return words[i] not in _AMOUNT or after in ([], ["than"]) or bool(_WEIGHS & set(words[max(0, i - 3):i]))
+
+
+_IDIOM_AFTER = frozenset({"like", "time", "period", "ago"})  # 'least like the others', 'a long time', 'long ago'
+_AMOUNT = frozenset({"more", "less"})
+_WEIGHS = frozenset({"weigh", "weighs", "weighed", "weighing"})  # 'A brick weighs much more than a feather.'
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
@@ -402,7 +455,7 @@ def _directions(*dimensions: tuple[str, str]) -> dict[str, tuple[int, bool]]:
 
 
 _DIRECTION = _directions(
-    ("larger bigger greater higher largest biggest greatest highest maximum",
+    ("larger bigger greater higher more largest biggest greatest highest maximum",
      "smaller less lesser lower fewer smallest least lowest minimum"),
     ("heavier heaviest", "lighter lightest"),
     ("longer longest taller tallest", "shorter shortest"),
@@ -441,10 +494,10 @@ def _says_what_is_asked(said: str, named: list[tuple[int, int, str]], choices: S
         return None  # 'a snail or a ship is bigger', 'Both a snail and a ship can be big.': a hedge
     picks = set()
     for choice, clause in clauses:
-        ways = _comparisons(_lower_words(clause), _DEGREE)
-        if asked & stems(clause) or way in ways:
+        ways = _ways(clause, way)
+        if asked & stems(clause) or way is not None and way[1] in ways:
             picks.add(choice)
-        if way is not None and (way[0], not way[1]) in ways and (other := _the_other(choice, choices)) is not None:
+        if way is not None and (not way[1]) in ways and (other := _the_other(choice, choices)) is not None:
             picks.add(other)
     return picks.pop() if len(picks) == 1 else None
 
