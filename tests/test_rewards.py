@@ -732,6 +732,12 @@ def test_the_last_marked_answer_is_the_answer():
     ("Which is bigger, a lion or a pea?", ["lion", "pea"],
      'The answer is a mathematical concept.\n\nIn logic, the answer to the question "Which is bigger, a lion or', None),
     ("Which is bigger, a ship or a grape?", ["ship", "grape"], 'The answer is "the ship".', "ship"),
+    # a trained heavier-or-lighter run: a stated comparison is the answer, a description after it does not overturn it
+    ("Which is heavier, a bus or a spoon?", ["bus", "spoon"],
+     "A spoon is a heavier than a bus. A bus is a larger, heavier vehicle that can carry more people.", "spoon"),
+    ("Which is lighter, a sock or a bus?", ["sock", "bus"], "A sock is a lighter item than a bus. Socks are soft.",
+     "sock"),
+    ("Which is bigger, a snail or a ship?", ["snail", "ship"], "Snails are slow. Ships are huge.", "ship"),
 ])
 def test_a_choice_reply_is_read_as_its_words_say(question, choices, reply, pick):
     """Replies a review wrote against the choice rule: a choice's own words ('New York', 'a light bulb') compare

@@ -246,7 +246,10 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     numbers, things as `normalize_text` leaves them, singular or plural ('ants' names 'an ant', `either_number`). A
     sentence whose one choice is named right after 'than' or 'unlike' picks none (*the largest number that is exactly
     10 units larger than 92* is about neither choice), nor does one that names one choice in a comparison question
-    without comparing (`_answers_the_comparison`).
+    without comparing (`_answers_the_comparison`). There a comparison the reply states, one choice set against the
+    other, is its answer, and what it goes on to describe does not overturn it: *A spoon is heavier than a bus. A bus
+    is a larger, heavier vehicle.* picks the spoon (2 of the 10 prompts a held-back heavier-or-lighter run gained
+    were of this kind, a first sentence wrong and a description after it right).
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
@@ -273,6 +276,7 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     nameds = [_named_choices(said, choices) for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
     asked = _asked_way(question, choices)  # once a reply, not once a sentence: this runs on every completion
+    described = None  # the last pick a sentence makes without setting one choice against another
     for i in reversed(range(len(spans))):
         said, named = saids[i], nameds[i]
         if not named:
@@ -290,10 +294,15 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
-            return _the_other(first, choices) if _said_the_other_way(own, asked) else first
-        if not numbers and (picked := _says_what_is_asked(plain, named, choices, question, asked)) is not None:
-            return picked
-    return None
+            picked = _the_other(first, choices) if _said_the_other_way(own, asked) else first
+            if asked is None or rival is not None:
+                return picked  # a comparison the reply states: 'A spoon is heavier than a bus.'
+            described = described or picked
+        elif not numbers and (picked := _says_what_is_asked(plain, named, choices, question, asked)) is not None:
+            if asked is None:
+                return picked
+            described = described or picked
+    return described
 
 
 def _mentions_blanked(text: str, question: str) -> str:
