@@ -738,6 +738,9 @@ def test_the_last_marked_answer_is_the_answer():
     ("Which is lighter, a sock or a bus?", ["sock", "bus"], "A sock is a lighter item than a bus. Socks are soft.",
      "sock"),
     ("Which is bigger, a snail or a ship?", ["snail", "ship"], "Snails are slow. Ships are huge.", "ship"),
+    ("Is 'owl' an animal or a colour?", ["animal", "colour"],
+     'The word "owl" is a noun, referring to a specific animal. It\'s not a color.', "animal"),
+    ("Is 'lilac' an animal or a colour?", ["animal", "colour"], "The answer is neither a colour nor an animal.", None),
 ])
 def test_a_choice_reply_is_read_as_its_words_say(question, choices, reply, pick):
     """Replies a review wrote against the choice rule: a choice's own words ('New York', 'a light bulb') compare

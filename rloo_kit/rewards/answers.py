@@ -246,7 +246,8 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     numbers, things as `normalize_text` leaves them, singular or plural ('ants' names 'an ant', `either_number`). A
     sentence whose one choice is named right after 'than' or 'unlike' picks none (*the largest number that is exactly
     10 units larger than 92* is about neither choice), nor does one that names one choice in a comparison question
-    without comparing (`_answers_the_comparison`). There a comparison the reply states, one choice set against the
+    without comparing (`_answers_the_comparison`). A choice named only to deny it is not named (*It's not a colour.*,
+    `_negated_before`). There a comparison the reply states, one choice set against the
     other, is its answer, and what it goes on to describe does not overturn it: *A spoon is heavier than a bus. A bus
     is a larger, heavier vehicle.* picks the spoon (2 of the 10 prompts a held-back heavier-or-lighter run gained
     were of this kind, a first sentence wrong and a description after it right).
@@ -273,7 +274,7 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
         # pencil is indeed lighter than a bus.'), and an answer where it ends ('..., so the answer is 9.' picks none)
         marked, spans = None, sentences(text[text.rfind(marked):])[1:]
     saids = [_as_said(span, numbers) for span in spans]
-    nameds = [_named_choices(said, choices) for said in saids]
+    nameds = [[n for n in _named_choices(said, choices) if not _negated_before(said, n[0])] for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
     asked = _asked_way(question, choices)  # once a reply, not once a sentence: this runs on every completion
     described = None  # the last pick a sentence makes without setting one choice against another
