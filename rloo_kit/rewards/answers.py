@@ -247,10 +247,10 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     sentence whose one choice is named right after 'than' or 'unlike' picks none (*the largest number that is exactly
     10 units larger than 92* is about neither choice), nor does one that names one choice in a comparison question
     without comparing (`_answers_the_comparison`). A choice named only to deny it is not named (*It's not a colour.*,
-    `_negated_before`). There a comparison the reply states, one choice set against the
-    other, is its answer, and what it goes on to describe does not overturn it: *A spoon is heavier than a bus. A bus
-    is a larger, heavier vehicle.* picks the spoon (2 of the 10 prompts a held-back heavier-or-lighter run gained
-    were of this kind, a first sentence wrong and a description after it right).
+    `_negated_before`). In a comparison question a comparison the reply states, one choice set against the other, is
+    its answer, and what it goes on to describe does not overturn it: *A spoon is heavier than a bus. A bus is a
+    larger, heavier vehicle.* picks the spoon (2 of the 10 prompts a held-back heavier-or-lighter run gained were of
+    this kind, a first sentence wrong and a description after it right).
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
