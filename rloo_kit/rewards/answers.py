@@ -231,7 +231,8 @@ def offers_numbers(choices: Sequence[str] | None) -> bool:
 
 def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str | None:
     """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in the
-    last of its sentences that picks one. A sentence that names several picks the first only where the words before
+    last of its sentences that picks one (in a comparison question, the one its stated comparisons agree on, below). A
+    sentence that names several picks the first only where the words before
     the next one set it against them ('than', 'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger
     than 70.' picks 95, 'The larger is 95, not 70.' too, 'A brick is heavier than a feather.' picks 'brick'. A list
     or a contrast picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted ('19,
@@ -247,10 +248,12 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     sentence whose one choice is named right after 'than' or 'unlike' picks none (*the largest number that is exactly
     10 units larger than 92* is about neither choice), nor does one that names one choice in a comparison question
     without comparing (`_answers_the_comparison`). A choice named only to deny it is not named (*It's not a colour.*,
-    `_negated_before`). In a comparison question a comparison the reply states, one choice set against the other, is
-    its answer, and what it goes on to describe does not overturn it: *A spoon is heavier than a bus. A bus is a
-    larger, heavier vehicle.* picks the spoon (2 of the 10 prompts a held-back heavier-or-lighter run gained were of
-    this kind, a first sentence wrong and a description after it right).
+    `_negated_before`), nor does a question (*Is a bus heavier than a spoon? No, a spoon is.*). In a comparison
+    question the reply's answer is what its stated comparisons agree on (one choice set against the other, a comparison
+    word, a short answer; `_states`), and what it only describes in plain words does not overturn it: *A horse is
+    lighter than a stamp. A stamp is a small, flat piece of metal.* picks the horse; stated comparisons that disagree
+    pick none: *A spoon is heavier than a bus. A bus is a larger, heavier vehicle.* (3 of the 10 prompts a held-back
+    heavier-or-lighter run gained were of these kinds, paid by a last sentence that did not answer).
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
@@ -266,18 +269,19 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
     >>> picked_choice("The smaller number is 86.", ["86", "79"], "Which number is larger, 86 or 79?")
     '79'
     """
-    text = _mentions_blanked(text, question)
-    marked, numbers = _marked_span(text), offers_numbers(choices)
-    spans = sentences(marked)[:1] if marked is not None else sentences(text)  # a mark's own sentence, not the rest
-    if marked is not None and not any(_named_choices(_as_said(span, numbers), choices) for span in spans):
-        # a mark that names no choice is a frame where the reply goes on to pick ('The answer is a bit ambiguous. A
-        # pencil is indeed lighter than a bus.'), and an answer where it ends ('..., so the answer is 9.' picks none)
-        marked, spans = None, sentences(text[text.rfind(marked):])[1:]
+    text, numbers = _mentions_blanked(text, question), offers_numbers(choices)
+    mark = _mark(text)
+    spans = sentences(mark.group(1))[:1] if mark else sentences(text)  # a mark's own sentence, not the rest
+    marked = mark is not None and any(_named_choices(_as_said(span, numbers), choices) for span in spans)
+    if mark and not marked:  # a mark that names no choice is a frame where the reply goes on to pick ('The answer is
+        # a bit ambiguous. A pencil is indeed lighter than a bus.'), an answer where it ends ('..., the answer is 9.')
+        spans = sentences(text[mark.start(1):])[1:]
+    spans = [span for span in spans if not span.rstrip().endswith("?")]  # a question states nothing
     saids = [_as_said(span, numbers) for span in spans]
     nameds = [[n for n in _named_choices(said, choices) if not _negated_before(said, n[0])] for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
     asked = _asked_way(question, choices)  # once a reply, not once a sentence: this runs on every completion
-    described = None  # the last pick a sentence makes without setting one choice against another
+    stated, described = set(), None  # comparisons the reply states; the last pick it makes by description alone
     for i in reversed(range(len(spans))):
         said, named = saids[i], nameds[i]
         if not named:
@@ -288,42 +292,50 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
         if rival is None or _sets_apart(said[end:rival]):
             own = _clause_at(plain, start)  # '..., whereas peahogs are smaller' says nothing of the pick
             # a short answer stands where it is whole and first: 'A ship is bigger. Snails are slow.' picks the ship
-            short = marked is not None or i == first_naming and (len(spans) == 1 or re.search(r"[.!?]\W*$", spans[i]))
-            if not _answers_the_comparison(own, asked, short):
+            short = marked or i == first_naming and (len(spans) == 1 or re.search(r"[.!?]\W*$", spans[i]))
+            if (how := _answers_the_comparison(own, asked, short)) is None:
                 continue
-            if _either_way(own, asked):  # 'a coin is either lighter or heavier than a bear'
+            if _either_way(own if rival is None else plain[start:rival], asked):  # 'either lighter or heavier than'
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
             picked = _the_other(first, choices) if _said_the_other_way(own, asked) else first
-            if asked is None or rival is not None:
-                return picked  # a comparison the reply states: 'A spoon is heavier than a bus.'
-            described = described or picked
+            if asked is None:
+                return picked
+            if rival is not None or how == "stated":  # 'A spoon is heavier than a bus.', 'The ship.'
+                stated.add(picked)
+            else:
+                described = described or picked
         elif not numbers and (picked := _says_what_is_asked(plain, named, choices, question, asked)) is not None:
             if asked is None:
                 return picked
             described = described or picked
-    return described
+    if len(stated) > 1:
+        return None  # the reply says both: 'A spoon is heavier than a bus. A bus is a larger, heavier vehicle.'
+    return next(iter(stated), described)
 
 
 def _mentions_blanked(text: str, question: str) -> str:
-    """`text` with what it mentions rather than says blanked: each place it repeats `question` from its start, whole
-    or cut short (*the answer to the question "Which is bigger, a lion or* picks no lion), and each statement it
-    quotes, of more than `_FEW_WORDS` words (*The statement "a plane is faster than a turtle" is an example of the ad
-    hominem fallacy*); a quoted word or three stays an answer (*The answer is "the ship".*)."""
-    blanked = _QUOTED.sub(lambda m: " " * len(m.group()) if len(m.group().split()) > _FEW_WORDS else m.group(), text)
-    asked = question.strip()
-    if len(asked) < _QUOTED_HEAD:
-        return blanked
-    for found in re.finditer(re.escape(asked[:_QUOTED_HEAD]), text, re.I):
-        at, n = found.start(), _QUOTED_HEAD
-        while at + n < len(text) and n < len(asked) and text[at + n].lower() == asked[n].lower():
-            n += 1
-        blanked = blanked[:at] + " " * n + blanked[at + n:]
-    return blanked
+    """`text` with what it mentions rather than says blanked: each place it repeats a line of `question` from its
+    start, whole or cut short (*the answer to the question "Which is bigger, a lion or* picks no lion), and each
+    statement it quotes, of more than `_FEW_WORDS` words, but for a marked answer (*The statement "a plane is faster
+    than a turtle" is an example of the ad hominem fallacy*; *The answer is "A bus is heavier."* stays)."""
+    spans = [m.span() for m in _QUOTED.finditer(text)
+             if len(m.group().split()) > _FEW_WORDS and not _MARK_BEFORE.search(text, 0, m.start())]
+    for line in filter(lambda line: len(line) >= _REPEAT_HEAD, map(str.strip, question.splitlines())):
+        for found in re.finditer(re.escape(line[:_REPEAT_HEAD]), text, re.I):
+            at, n = found.start(), _REPEAT_HEAD
+            while at + n < len(text) and n < len(line) and text[at + n].lower() == line[n].lower():
+                n += 1
+            spans.append((at, at + n))
+    blanked = list(text)
+    for start, end in spans:
+        blanked[start:end] = " " * (end - start)
+    return "".join(blanked)
 
 
-_QUOTED_HEAD = 12  # characters a repeat of the question must share from its start: 'Which is big'
+_REPEAT_HEAD = 12  # characters a repeat of the question must share with a line of it from its start: 'Which is big'
+_MARK_BEFORE = re.compile(r"\banswer(?:\s+is)?\s*:?\s*$", re.I)  # 'The answer is "..."' marks what it quotes
 
 
 def _as_said(span: str, numbers: bool) -> str:
@@ -359,19 +371,22 @@ def _blanked(said: str, named: list[tuple[int, int, str]]) -> str:
     return said
 
 
-def _answers_the_comparison(plain: str, asked: tuple[int, bool] | None, short: bool) -> bool:
-    """Whether a clause that picks a choice (`plain`: its choices blanked) answers the comparison the question asks
-    (`asked`, `_asked_way`): it compares in the dimension asked or a kin one (`_DEGREE`: 'A ship is huge.', 'taller' for
-    'bigger'), or calls its pick the answer, or is the choice alone, or may be `short` and says little else ('The ship,
-    of course.'), or the question asks none. The rambles of a which-is-bigger file's base model pick in sentences that
-    compare nothing asked (*Rabbits, on the other hand, belong to the Leporidae family.*, *Some argue that elephants are
-    more intelligent and social than kittens.*), and a rule that took them for picks paid 12 of 80 greedy replies."""
-    if asked is None or _CALLS_IT_THE_ANSWER.search(plain):
-        return True
-    if _ways(plain, asked):
-        return True
+def _answers_the_comparison(plain: str, asked: tuple[int, bool] | None, short: bool) -> str | None:
+    """How a clause that picks a choice (`plain`: its choices blanked) answers the comparison the question asks
+    (`asked`, `_asked_way`): 'stated' where it calls its pick the answer, compares in comparison words of one direction
+    in the kind asked or a kin one (`_states`: 'taller' for 'bigger'), is the choice alone, or may be `short` and says
+    little else ('The ship, of course.', 'A ship is huge.'), or the question asks none; 'described' where it says the
+    kind asked in plain words only ('Ships are massive machines.', `_DEGREE`); else None. The rambles of a
+    which-is-bigger file's base model pick in sentences that compare nothing asked (*Rabbits, on the other hand,
+    belong to the Leporidae family.*, *Some argue that elephants are more intelligent and social than kittens.*), and
+    a rule that took them for picks paid 12 of 80 greedy replies."""
+    if asked is None or _CALLS_IT_THE_ANSWER.search(plain) or _states(plain, asked):
+        return "stated"
     rest = [w for w in re.findall(r"\w+(?:['\u2019]\w+)?", plain.lower()) if w not in ("a", "an", "the")]
-    return not rest or short and len(rest) <= _FEW_WORDS
+    other_kind = any(not _kin(d, asked[0]) for d, _ in _comparisons(_lower_words(plain), _DEGREE))  # 'Snails are slow.'
+    if not rest or short and len(rest) <= _FEW_WORDS and not other_kind:
+        return "stated"
+    return "described" if _ways(plain, asked) else None
 
 
 _FEW_WORDS = 3  # besides the choice and articles: 'The ship, of course.', "I think it's a ship." ('The number 92 is a
@@ -406,10 +421,19 @@ def _said_the_other_way(said: str, asked: tuple[int, bool] | None) -> bool:
 
 
 def _either_way(said: str, asked: tuple[int, bool] | None) -> bool:
-    """Whether `said` offers both directions of the comparison asked as alternatives ('lighter or heavier'): a hedge."""
+    """Whether `said` offers both directions of the comparison asked as alternatives ('lighter or heavier', 'more or
+    less'): a hedge."""
     words = _lower_words(said)
-    return any(_ways(" ".join(words[i - 1:i + 2]), asked) == {True, False}
-               for i, w in enumerate(words) if w == "or" and 0 < i < len(words) - 1)
+    return asked is not None and any(
+        _ways(" ".join(words[i - 1:i + 2]), asked) == {True, False} or {words[i - 1], words[i + 1]} == _AMOUNT
+        for i, w in enumerate(words) if w == "or" and 0 < i < len(words) - 1)
+
+
+def _states(said: str, asked: tuple[int, bool]) -> bool:
+    """Whether `said` states a comparison in the kind asked in comparison words of one direction ('The spoon is
+    heavier.', 'a larger, heavier vehicle'), where plain words only describe ('a massive creature') and both
+    directions leave it open ('much smaller than the largest land animals')."""
+    return len({up for dimension, up in _comparisons(_lower_words(said)) if _kin(dimension, asked[0])}) == 1
 
 
 def _ways(said: str, asked: tuple[int, bool] | None) -> set[bool]:
@@ -436,22 +460,26 @@ def _comparisons(words: list[str], table: dict[str, tuple[int, bool]] | None = N
     ('not larger') the other way; an idiom compares nothing ('Which is the least like the others?', 'a long time',
     'in short')."""
     table = _DIRECTION if table is None else table
-    return {(table[w][0], table[w][1] != bool(_NEGATIONS & set(words[max(0, i - 2):i])))
+    return {(_WEIGHT if w in _AMOUNT and _MEASURES & set(words[i + 1:i + 2]) else table[w][0],
+             table[w][1] != (bool(_NEGATIONS & set(words[max(0, i - 2):i])) != (words[i - 1:i] == ["less"])))
             for i, w in enumerate(words) if w in table and _compares_here(words, i)}
 
 
 def _compares_here(words: list[str], i: int) -> bool:
     """Whether comparison word `words[i]` compares: not in an idiom, and 'more' or 'less' only as an amount ('more
-    than', 'weighs much more', 'Which is less?'), not as the degree of the next word ('more intelligent than')."""
+    than', 'weighs much more', 'less weight', 'Which is less?'), not as the degree of the next word ('more intelligent
+    than'; 'less heavy' is read as 'heavy' turned round, by `_comparisons`)."""
     after = words[i + 1:i + 2]
     if _IDIOM_AFTER & set(after) or words[max(0, i - 1):i] == ["in"]:
         return False
-    return words[i] not in _AMOUNT or after in ([], ["than"]) or bool(_WEIGHS & set(words[max(0, i - 3):i]))
+    return (words[i] not in _AMOUNT or after in ([], ["than"]) or bool(_MEASURES & set(after))
+            or bool(_WEIGHS & set(words[max(0, i - 3):i])))
 
 
 _IDIOM_AFTER = frozenset({"like", "time", "period", "ago"})  # 'least like the others', 'a long time', 'long ago'
 _AMOUNT = frozenset({"more", "less"})
 _WEIGHS = frozenset({"weigh", "weighs", "weighed", "weighing"})  # 'A brick weighs much more than a feather.'
+_MEASURES = frozenset({"weight", "mass"})  # 'A feather has less weight than a brick.'
 
 
 _NEGATIONS = frozenset({"not", "no", "never", "t"})  # 't' as in "isn't"
@@ -474,6 +502,7 @@ _DIRECTION = _directions(
     ("faster fastest", "slower slowest"),
     ("earlier earliest", "later latest"),
 )
+_WEIGHT = _DIRECTION["heavier"][0]
 # the same directions in plain words, as a contrast says them: 'Snails are small, while a ship is massive.'
 _DEGREE = {**_DIRECTION, **_directions(
     ("large big huge massive enormous giant gigantic vast", "small tiny"), ("heavy", "light"),
@@ -689,7 +718,10 @@ _DENIAL = re.compile(r"(?:\b(?:not|never|neither|nor)|n['\u2019]t)\s+(?:(?:a|an|
 
 def _negated_before(text: str, start: int) -> bool:
     """Whether what `text` writes at `start` comes right after a negation (`_DENIAL`)."""
-    return _DENIAL.search(text[:start]) is not None
+    return _DENIAL.search(text[max(0, start - _DENIAL_REACH):start]) is not None
+
+
+_DENIAL_REACH = 40  # characters a denial takes before what it denies: 'neither "', "isn't the"
 
 
 def restates(span: str, gold: str, question: str) -> bool:
@@ -1121,12 +1153,17 @@ def _answer_span(text: str) -> str:
 def _marked_span(text: str) -> str | None:
     """The text a reply marks as its answer ('####', boxed, '<answer>', 'answer: ...', 'the answer is ...'), else
     None."""
-    for pattern in _ANSWER_PATTERNS[:3]:  # ####, boxed, <answer>
-        found = pattern.findall(text)
-        if found:
-            return found[-1]
-    marked = _MARKED.findall(text)
-    return marked[-1] if marked else None
+    mark = _mark(text)
+    return mark.group(1) if mark else None
+
+
+def _mark(text: str) -> re.Match | None:
+    """The last mark of the most explicit kind a reply uses (`_marked_span`), its group 1 the answer it marks."""
+    for pattern in (*_ANSWER_PATTERNS[:3], _MARKED):  # ####, boxed, <answer>, then 'the answer is'
+        *_, last = (None, *pattern.finditer(text))
+        if last is not None:
+            return last
+    return None
 
 
 # 'answer: ...', 'the answer is ...', not 'To find the answer, we ...', 'answered' nor 'I hope this answer is
