@@ -16,6 +16,11 @@ from transformers import TrainerCallback
 
 log = logging.getLogger("rloo_kit")
 
+# where replies ramble past the completion length: a system prompt asking for a short answer took a held-back
+# hotter-or-colder file from 0.19 -> 0.25 held out (replies cut at 128 tokens) to 0.12 -> 0.94 in the same 8 minutes
+ASK_FOR_SHORT_ANSWERS = ('ask for a short answer in the prompt (a system prompt such as "Answer in one short '
+                         'sentence.": --system-prompt on the command line, system_prompt= in load_task)')
+
 KINDS = ("high_variance", "kl_explosion", "reward_collapse", "sampling_noise", "converged", "truncation",
          "reward_hacking", "memorisation", "answer_habit", "tool_unused", "tool_invalid")
 NOT_FAILURES = ("converged",)
@@ -494,7 +499,7 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
         return _memorisation_advice(ev, lr)
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
             "no final answer to score.",
-            f"raise max_completion_length {mcl} -> {2 * mcl}, ask for shorter answers in the prompt, or "
+            f"raise max_completion_length {mcl} -> {2 * mcl}, {ASK_FOR_SHORT_ANSWERS}, or "
             + ("give the brevity reward the run has a larger weight." if ev.get("brevity") else
                "add rloo_kit.rewards.brevity() with a small weight."))
 

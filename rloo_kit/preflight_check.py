@@ -33,7 +33,7 @@ from datasets import Dataset
 
 from .budget import HABIT_ROWS, Validation, habit_words
 from .data import validate_dataset
-from .diagnostics import SamplingMeasured
+from .diagnostics import ASK_FOR_SHORT_ANSWERS, SamplingMeasured
 from .errors import ConfigError, RewardError
 from .evaluation import (
     EvalReport,
@@ -1060,7 +1060,7 @@ def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
     if report.tools is not None and longer <= length < doubled:  # rollouts with tools are judged at their length only
         fixes = [f"raise max_completion_length {length} -> {doubled} (a rollout holds its calls, their results "
                  "and the answer; the pre-flight does not sample rollouts with tools any longer than asked)"]
-    fixes.append("ask for a short answer in the prompt")
+    fixes.append(ASK_FOR_SHORT_ANSWERS)
     if "brevity" not in names:
         fixes.append("add rloo_kit.rewards.brevity() with a small weight")
     undecided = (f" The pre-flight cannot tell how long an answer needs: {1 - report.finished_within_probe:.0%} of "

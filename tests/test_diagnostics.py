@@ -173,6 +173,7 @@ def test_online_monitor_reports_once_and_stops_on_request():
         monitor.on_log(None, state, control, logs=h)
     assert [d.kind for d in monitor.diagnoses] == ["truncation"]
     assert control.should_training_stop and monitor.stopped_by.kind == "truncation"
+    assert "--system-prompt" in monitor.diagnoses[0].fix  # the fix names how to ask for short answers
 
 
 def test_unknown_stop_kind_is_refused():

@@ -121,7 +121,7 @@ def test_solved_and_truncation_warning_and_unscored():
     assert r.kinds() == ["solved"] and not r.ok
     r = report(truncation_rate=0.8)
     assert r.kinds() == ["truncation"] and r.ok and not r.problems[0].blocking
-    assert "16 -> 32" in r.problems[0].fix
+    assert "16 -> 32" in r.problems[0].fix and "--system-prompt" in r.problems[0].fix
     r = report(rewards=[RewardStats("broken", math.nan, math.nan, 1.0, {"raised KeyError": 64})])
     assert r.kinds() == ["unscored"] and not r.ok and "raised KeyError: 64" in r.problems[0].message
     half = report(rewards=[RewardStats("sparse", 0.5, 0.1, 0.6, {"returned None": 38})])
