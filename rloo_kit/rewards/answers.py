@@ -277,8 +277,8 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
         # a bit ambiguous. A pencil is indeed lighter than a bus.'), an answer where it ends ('..., the answer is 9.')
         spans = sentences(text[mark.start(1):])[1:]
     spans = [span for span in spans if not span.rstrip().endswith("?")]  # a question states nothing
-    saids = [_as_said(span, numbers) for span in spans]
-    nameds = [[n for n in _named_choices(said, choices) if not _negated_before(said, n[0])] for said in saids]
+    saids = [_before_the_reason(_as_said(span, numbers), choices) for span in spans]
+    nameds = [_affirmed(said, _named_choices(said, choices)) for said in saids]
     first_naming = next((i for i, named in enumerate(nameds) if named), None)
     asked = _asked_way(question, choices)  # once a reply, not once a sentence: this runs on every completion
     stated, described = set(), None  # comparisons the reply states; the last pick it makes by description alone
@@ -299,10 +299,12 @@ def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str 
                 continue
             if rival is None and _AGAINST.search(said[:start]):  # '... exactly 10 units larger than 92.' picks no 92
                 continue
-            picked = _the_other(first, choices) if _said_the_other_way(own, asked) else first
+            upto = own if rival is None else _clause_at(plain[:rival], start)  # not the reason after the rival
+            picked = _the_other(first, choices) if _said_the_other_way(upto, asked) else first
             if asked is None:
                 return picked
-            if rival is not None or how == "stated":  # 'A spoon is heavier than a bus.', 'The ship.'
+            elsewhere = rival is None and "than" in _lower_words(own)  # 'Koalas can run faster than you think.'
+            if rival is not None or how == "stated" and not elsewhere:  # 'A spoon is heavier than a bus.', 'The ship.'
                 stated.add(picked)
             else:
                 described = described or picked
@@ -334,8 +336,36 @@ def _mentions_blanked(text: str, question: str) -> str:
     return "".join(blanked)
 
 
-_REPEAT_HEAD = 12  # characters a repeat of the question must share with a line of it from its start: 'Which is big'
+_REPEAT_HEAD = 20  # characters a repeat of the question shares with a line of it from its start: 'Which is bigger, a l'
+# (12 took the reply's own 'which is hot' for a repeat of 'Which is hotter, ...?')
 _MARK_BEFORE = re.compile(r"\banswer(?:\s+is)?\s*:?\s*$", re.I)  # 'The answer is "..."' marks what it quotes
+
+
+def _before_the_reason(said: str, choices: Sequence[str]) -> str:
+    """`said` up to the reason it gives for its pick ('because', 'since'), where that part names a choice: *The
+    snail, because cheetahs are fast.* answers 'Which is faster?' with the snail, and *A toaster is much colder than
+    an ice cube because an ice cube is hot.* 'Which is hotter?' with the ice cube."""
+    cut = next((m.start() for m in _REASON.finditer(said) if m.start() > 0), None)
+    return said[:cut] if cut is not None and _named_choices(said[:cut], choices) else said
+
+
+_REASON = re.compile(r"\b(?:because|since)\b", re.I)
+
+
+def _affirmed(said: str, named: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """`named` without the choices `said` names only to deny them: right after a negation (*It's not a colour.*), or
+    listed after a denied one (*Violet is a flower, not an animal or a colour.*)."""
+    kept, denied_end = [], None
+    for start, end, choice in named:
+        if _negated_before(said, start) or denied_end is not None and _LISTED.fullmatch(said[denied_end:start]):
+            denied_end = end
+        else:
+            kept.append((start, end, choice))
+            denied_end = None
+    return kept
+
+
+_LISTED = re.compile(r"\s*,?\s*(?:or|nor|and)?\s*(?:a|an|the)?\s*['\"\u2018\u201c]?", re.I)
 
 
 def _as_said(span: str, numbers: bool) -> str:
@@ -466,17 +496,21 @@ def _comparisons(words: list[str], table: dict[str, tuple[int, bool]] | None = N
 
 
 def _compares_here(words: list[str], i: int) -> bool:
-    """Whether comparison word `words[i]` compares: not in an idiom, and 'more' or 'less' only as an amount ('more
-    than', 'weighs much more', 'less weight', 'Which is less?'), not as the degree of the next word ('more intelligent
-    than'; 'less heavy' is read as 'heavy' turned round, by `_comparisons`)."""
+    """Whether comparison word `words[i]` compares: not in an idiom, an equality or a change, and 'more' or 'less' only
+    as an amount ('more than', 'weighs much more', 'less weight', 'Which is less?'), not as the degree of the next
+    word ('more intelligent than'; 'less heavy' is read as 'heavy' turned round, by `_comparisons`)."""
     after = words[i + 1:i + 2]
-    if _IDIOM_AFTER & set(after) or words[max(0, i - 1):i] == ["in"]:
-        return False
+    before = words[max(0, i - 1):i]
+    equal = before == after == ["as"] and not _TIMES & set(words[max(0, i - 2):i - 1])  # not 'twice as large as'
+    if _IDIOM_AFTER & set(after) or before == ["in"] or equal or _CHANGE & set(before):
+        return False  # 'least like', 'in short', 'as cold as' (the same), 'gets warmer' (a change, not a comparison)
     return (words[i] not in _AMOUNT or after in ([], ["than"]) or bool(_MEASURES & set(after))
             or bool(_WEIGHS & set(words[max(0, i - 3):i])))
 
 
 _IDIOM_AFTER = frozenset({"like", "time", "period", "ago"})  # 'least like the others', 'a long time', 'long ago'
+_TIMES = frozenset({"twice", "thrice", "times"})
+_CHANGE = frozenset("get gets getting got grow grows growing grew become becomes becoming became".split())
 _AMOUNT = frozenset({"more", "less"})
 _WEIGHS = frozenset({"weigh", "weighs", "weighed", "weighing"})  # 'A brick weighs much more than a feather.'
 _MEASURES = frozenset({"weight", "mass"})  # 'A feather has less weight than a brick.'
