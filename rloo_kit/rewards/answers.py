@@ -230,30 +230,30 @@ def offers_numbers(choices: Sequence[str] | None) -> bool:
     return bool(choices) and all(parse_number(c) is not None for c in choices)
 
 def picked_choice(text: str, choices: Sequence[str], question: str = "") -> str | None:
-    """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in the
-    last of its sentences that picks one (in a comparison question, the one its stated comparisons agree on, below). A
-    sentence that names several picks the first only where the words before
-    the next one set it against them ('than', 'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger
-    than 70.' picks 95, 'The larger is 95, not 70.' too, 'A brick is heavier than a feather.' picks 'brick'. A list
-    or a contrast picks none: a held-back smallest-of-three run learned to reply with the three numbers sorted ('19,
-    82, and 90.'), which a first-named rule paid on 10 of its 18 held-out replies, an alphabetical-order run to reply
-    'glacier and pear.' to every pair, and a which-is-bigger file's base model wrote 'A car is a vehicle, while a
-    chair is a piece of furniture.' Things not set apart are picked where one choice's clause alone says what
-    `question` asks (`_says_what_is_asked`): 'The pliers are a tool, while the piano is an instrument.' answers
-    'Which of these is a tool: pliers, piano or cat?'. A sentence that picks none leaves the pick to the one before:
-    'The Earth is the larger of the two. The Earth is 4.5 billion years old, while a coin is new.' picks the Earth,
-    where the last naming sentence alone picked nothing (2 of 18 held-out replies of a which-is-bigger run; 8 of 288
-    in twelve evaluations of the benchmark's larger file, each the pick its reply states). Numbers are compared as
-    numbers, things as `normalize_text` leaves them, singular or plural ('ants' names 'an ant', `either_number`). A
-    sentence whose one choice is named right after 'than' or 'unlike' picks none (*the largest number that is exactly
-    10 units larger than 92* is about neither choice), nor does one that names one choice in a comparison question
-    without comparing (`_answers_the_comparison`). A choice named only to deny it is not named (*It's not a colour.*,
-    `_negated_before`), nor does a question (*Is a bus heavier than a spoon? No, a spoon is.*). In a comparison
-    question the reply's answer is what its stated comparisons agree on (one choice set against the other, a comparison
-    word, a short answer; `_states`), and what it only describes in plain words does not overturn it: *A horse is
-    lighter than a stamp. A stamp is a small, flat piece of metal.* picks the horse; stated comparisons that disagree
-    pick none: *A spoon is heavier than a bus. A bus is a larger, heavier vehicle.* (3 of the 10 prompts a held-back
-    heavier-or-lighter run gained were of these kinds, paid by a last sentence that did not answer).
+    """The one of `choices` a reply picks: named in its marked answer if it marks one ('answer: 95'), else in the last
+    of its sentences that picks one (in a comparison question, the one its stated comparisons agree on, below). A
+    sentence that names several picks the first only where the words before the next one set it against them ('than',
+    'not', 'rather', 'instead', 'before', 'over', 'unlike'): '95 is larger than 70.' picks 95, 'The larger is 95, not
+    70.' too, 'A brick is heavier than a feather.' picks 'brick'. A list or a contrast picks none: a held-back
+    smallest-of-three run learned to reply with the three numbers sorted ('19, 82, and 90.'), which a first-named rule
+    paid on 10 of its 18 held-out replies, an alphabetical-order run to reply 'glacier and pear.' to every pair, and a
+    which-is-bigger file's base model wrote 'A car is a vehicle, while a chair is a piece of furniture.' Things not set
+    apart are picked where one choice's clause alone says what `question` asks (`_says_what_is_asked`): 'The pliers are
+    a tool, while the piano is an instrument.' answers 'Which of these is a tool: pliers, piano or cat?'. A sentence
+    that picks none leaves the pick to the one before: 'The Earth is the larger of the two. The Earth is 4.5 billion
+    years old, while a coin is new.' picks the Earth, where the last naming sentence alone picked nothing (2 of 18
+    held-out replies of a which-is-bigger run; 8 of 288 in twelve evaluations of the benchmark's larger file, each the
+    pick its reply states). Numbers are compared as numbers, things as `normalize_text` leaves them, singular or plural
+    ('ants' names 'an ant', `either_number`). A sentence whose one choice is named right after 'than' or 'unlike' picks
+    none (*the largest number that is exactly 10 units larger than 92* is about neither choice), nor does one that names
+    one choice in a comparison question without comparing (`_answers_the_comparison`). A choice named only to deny it is
+    not named (*It's not a colour.*, `_negated_before`), nor does a question (*Is a bus heavier than a spoon? No, a
+    spoon is.*). In a comparison question the reply's answer is what its stated comparisons agree on (one choice set
+    against the other, a comparison word, a short answer; `_states`), and what it only describes in plain words does not
+    overturn it: *A horse is lighter than a stamp. A stamp is a small, flat piece of metal.* picks the horse; stated
+    comparisons that disagree pick none: *A spoon is heavier than a bus. A bus is a larger, heavier vehicle.* (3 of the
+    10 prompts a held-back heavier-or-lighter run gained were of these kinds, paid by a last sentence that did not
+    answer).
 
     >>> picked_choice("Let me see. 70 is a larger integer than 95.", ["70", "95"])
     '70'
@@ -463,15 +463,16 @@ def _states(said: str, asked: tuple[int, bool]) -> bool:
     """Whether `said` states a comparison in the kind asked in comparison words of one direction ('The spoon is
     heavier.', 'a larger, heavier vehicle'), where plain words only describe ('a massive creature') and both
     directions leave it open ('much smaller than the largest land animals')."""
-    return len({up for dimension, up in _comparisons(_lower_words(said)) if _kin(dimension, asked[0])}) == 1
+    return len(_ways(said, asked, _DIRECTION)) == 1
 
 
-def _ways(said: str, asked: tuple[int, bool] | None) -> set[bool]:
-    """The directions `said` compares in, in the dimension `asked` or a kin one, plain words included (`_DEGREE`):
-    {True} for 'The ship is huge.' where it asks 'bigger', {True, False} for a hedge."""
+def _ways(said: str, asked: tuple[int, bool] | None, table: dict[str, tuple[int, bool]] | None = None) -> set[bool]:
+    """The directions `said` compares in, in the dimension `asked` or a kin one, by `table`'s words (by default plain
+    words included, `_DEGREE`): {True} for 'The ship is huge.' where it asks 'bigger', {True, False} for a hedge."""
     if asked is None:
         return set()
-    return {up for dimension, up in _comparisons(_lower_words(said), _DEGREE) if _kin(dimension, asked[0])}
+    found = _comparisons(_lower_words(said), _DEGREE if table is None else table)
+    return {up for dimension, up in found if _kin(dimension, asked[0])}
 
 
 def _asked_way(question: str, choices: Sequence[str] = ()) -> tuple[int, bool] | None:
