@@ -371,7 +371,7 @@ def cmd_eval(args) -> int:
 
     from .evaluation import compare, paired_change
     from .models import load_adapter, load_model
-    from .pipeline import trained_settings
+    from .pipeline import asked_as_trained, run_metrics, trained_settings
     from .recipes import RECIPE_FILE, eval_task_options
     from .tasks import load_task
 
@@ -385,6 +385,9 @@ def cmd_eval(args) -> int:
         path = options.get("path")
         print(f"task: {options['name']}{f' {path}' if path else ''}, as trained ({recipe}; --task evaluates another)")
     task = load_task(**options)
+    if not args.task and (told := run_metrics(args.adapter).get("system_prompt")):
+        task = asked_as_trained(task, args.adapter)
+        print(f'system prompt "{told}" before every prompt without one, as trained')
     if tools:
         from .tools import load_tools, with_tools
 

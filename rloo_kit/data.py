@@ -34,6 +34,18 @@ def chat_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
     return messages + [{"role": "user", "content": question}]
 
 
+def has_system_prompt(prompt) -> bool:
+    """Whether a prompt carries a system message of its own (a text prompt carries none)."""
+    return isinstance(prompt, list) and bool(prompt) and prompt[0].get("role") == "system"
+
+
+def with_system_prompt(prompt, system_prompt: str):
+    """A prompt with `system_prompt` put before it, where it has no system message of its own (which is kept)."""
+    if isinstance(prompt, str):
+        return chat_prompt(prompt, system_prompt)
+    return prompt if has_system_prompt(prompt) else [{"role": "system", "content": system_prompt}, *prompt]
+
+
 N_TEST = 50  # held-out prompts: enough to tell 0.7 from 0.9 (a standard error of ~0.06)
 ARITHMETIC_MAX_OPERAND = 12  # 0..12: 91 sums up to commuting, so that 50 held out with their twins leave 41 to train
 
@@ -305,8 +317,7 @@ def _prompt(value, system_prompt: str | None, where: str, column: str):
         if value[-1]["role"] != "user":
             raise DataError(f"{where}: the '{column}' conversation ends with a '{value[-1]['role']}' message; it must "
                             "end with the user's turn, which the model answers.")
-        has_system = value[0]["role"] == "system"
-        return ([{"role": "system", "content": system_prompt}] if system_prompt and not has_system else []) + value
+        return with_system_prompt(value, system_prompt) if system_prompt else value
     raise DataError(f"{where} has no '{column}' (it is {value!r}): give every row a prompt, or remove the row.")
 
 

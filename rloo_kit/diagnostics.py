@@ -17,9 +17,11 @@ from transformers import TrainerCallback
 log = logging.getLogger("rloo_kit")
 
 # where replies ramble past the completion length: a system prompt asking for a short answer took a held-back
-# hotter-or-colder file from 0.19 -> 0.25 held out (replies cut at 128 tokens) to 0.12 -> 0.94 in the same 8 minutes
-ASK_FOR_SHORT_ANSWERS = ('ask for a short answer in the prompt (a system prompt such as "Answer in one short '
-                         'sentence.": --system-prompt on the command line, system_prompt= in load_task)')
+# hotter-or-colder file from 0.19 -> 0.25 held out (replies cut at 128 tokens) to 0.12 -> 0.94 in the same 8 minutes;
+# the pre-flight of a file task whose replies ramble probes it itself (`preflight_check._rambles`)
+SHORT_ANSWER_PROMPT = "Answer in one short sentence."
+ASK_FOR_SHORT_ANSWERS = (f'ask for a short answer in the prompt (a system prompt such as "{SHORT_ANSWER_PROMPT}": '
+                         '--system-prompt on the command line, system_prompt= in load_task)')
 
 KINDS = ("high_variance", "kl_explosion", "reward_collapse", "sampling_noise", "converged", "truncation",
          "reward_hacking", "memorisation", "answer_habit", "tool_unused", "tool_invalid")

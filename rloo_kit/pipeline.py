@@ -68,6 +68,7 @@ class RunReport:
     config: dict = field(default_factory=dict)  # the RLOO settings that ran: beta, learning rate, K, length...
     preflight: dict | None = None  # the verdict on the trained setup, the as-asked figures beside it
     own_task_defaults: list[str] = field(default_factory=list)
+    system_prompt: str | None = None  # the system prompt the pre-flight put before every prompt, trained and evaluated
     max_completion_length: int | None = None
     accuracy_before: float | None = None  # greedy: the model's best answer
     accuracy_after: float | None = None
@@ -158,7 +159,9 @@ class RunReport:
                 f"rloo-kit export --adapter {adapter} --output model.gguf  # llama.cpp, Ollama, LM Studio",
                 "```", "", "```python", "from rloo_kit import load_adapter, load_model",
                 "", f'model, tokenizer = load_model("{self.model}")', f'model = load_adapter(model, "{adapter}")',
-                "```"])
+                "```", *([f'Trained with the system prompt "{self.system_prompt}" before every prompt (the '
+                          "pre-flight's choice): give it the same way; `rloo-kit eval` does."]
+                         if self.system_prompt else [])])
         setup = [f"- preset {self.preset} on {self.device}",
                  *(f"- own-task default: {note}" for note in self.own_task_defaults),
                  *([f"- the health monitor named: {', '.join(failures)} (the warnings in the run's output say "
@@ -223,18 +226,20 @@ class Run:
     def preflight(self, n_prompts: int = 32) -> PreflightReport:
         """Judge the run before training, and fit an open completion length (and brevity) and temperature to
         what it saw. A reward that scores nothing raises RewardError: a bug to fix, not a run to force."""
-        self.preflight_prompts = self.task.train["prompt"]  # the rows its per-prompt figures index
         report = judge_run(self.plan, self.task, self.model, self.tokenizer, n_prompts=n_prompts, seed=self.seed)
         self.task, notes = fit_task(self.task, report)
+        self.preflight_prompts = self.task.train["prompt"]  # the rows its per-prompt figures index, as trained
         self.preflight_report, self.report.own_task_defaults = report, notes
+        self.report.system_prompt = report.system_prompt
         self.sampling = report.sampling_measured()
         self.report.preflight = report.summary()
         if is_main_process():
             (self.out / PREFLIGHT).write_text(json.dumps(report.to_dict(), indent=2))
-            fitted = report.brevity_max_chars if report.applies else None
+            chosen = report.chosen
             (self.out / FIT).write_text(json.dumps({"max_completion_length": self.task.max_completion_length,
-                                                    "brevity_max_chars": fitted,
-                                                    "temperature": self.task.temperature}))
+                                                    "brevity_max_chars": chosen.brevity_max_chars if chosen.applies
+                                                    else None, "temperature": self.task.temperature,
+                                                    "system_prompt": report.system_prompt}))
         return report
 
     def cannot_learn(self, force: bool = False) -> bool:
@@ -272,7 +277,8 @@ class Run:
         unless forced: its problems are printed again, for the fixes the refusal points to."""
         saved = self.out / FIT
         if saved.is_file():
-            self.task = refit(self.task, **json.loads(saved.read_text()))
+            chosen = json.loads(saved.read_text())
+            self.task, self.report.system_prompt = refit(self.task, **chosen), chosen.get("system_prompt")
         judged = read_json(self.out / PREFLIGHT) or {}
         measured = judged.get("sampling_measured")
         self.sampling = SamplingMeasured.from_dict(measured) if measured else None
@@ -492,6 +498,13 @@ def run_metrics(adapter: str | Path) -> dict:
     """The metrics.json of the run that wrote `adapter` (beside it); {} where there is none."""
     metrics = Path(adapter).parent / METRICS
     return json.loads(metrics.read_text()) if metrics.is_file() else {}
+
+
+def asked_as_trained(task: Task, adapter: str | Path) -> Task:
+    """`task` with the system prompt the run that wrote `adapter` put before every prompt (its pre-flight's choice,
+    recorded in metrics.json), so that the adapter is asked as it was trained; `task` where there was none."""
+    told = run_metrics(adapter).get("system_prompt")
+    return refit(task, None, system_prompt=told) if told else task
 
 
 def trained_settings(adapter: str | Path) -> dict:

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from datasets import Dataset
 
 from .choices import TASKS
-from .data import N_TEST, arithmetic_task, load_gsm8k, load_local, normalize_label, products_task
+from .data import (
+    N_TEST,
+    arithmetic_task,
+    has_system_prompt,
+    load_gsm8k,
+    load_local,
+    normalize_label,
+    products_task,
+    with_system_prompt,
+)
 from .errors import DataError
 from .evaluation import EvalReport, evaluate, evaluate_base_and_adapter
 from .hardware import Hardware, detect_hardware
@@ -80,6 +89,21 @@ class Task:
                             "their accuracy. Give --max-steps with --keep last instead, or more rows.")
         train, validation = _split(self.train, validation_rows(len(self.train)), seed, f"{self.name}'s training rows")
         return self.replace(train=train, validation=validation)
+
+    def with_system_prompt(self, system_prompt: str) -> Task:
+        """This task with `system_prompt` before every prompt of every split that has no system message of its own:
+        the training rows and the held-out ones alike, so that accuracy before and after training is measured on the
+        prompts that are trained."""
+        def told(rows: Dataset | None) -> Dataset | None:
+            if rows is None:
+                return None
+            return rows.map(lambda r: {"prompt": with_system_prompt(r["prompt"], system_prompt)})
+
+        return self.replace(train=told(self.train), test=told(self.test), validation=told(self.validation))
+
+    def has_system_prompt(self) -> bool:
+        """Whether any training prompt carries a system message of its own (the file's, or --system-prompt's)."""
+        return any(map(has_system_prompt, self.train["prompt"]))
 
     def has_answers(self) -> bool:
         """Whether validation rows can be set apart to choose a run's best step: two training rows with answers."""

@@ -31,6 +31,50 @@ def test_a_resumed_file_task_keeps_its_fitted_length_and_its_accuracy_before(tin
     assert f"rloo-kit eval --adapter {out / 'adapter'}" in card and "| `checkpoint-*` |" in card
 
 
+def test_a_file_task_trained_with_short_answers_is_evaluated_and_resumed_with_them(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """Where the pre-flight trains the short-answer system prompt (forced here: the random model rambles either way),
+    the held-out accuracy before and after, a resumed run and `rloo-kit eval` all put it before every prompt, as
+    training did, and the run's card and fit.json say so."""
+    from rloo_kit import preflight_check, tasks
+    from rloo_kit.pipeline import asked_as_trained
+    from rloo_kit.tasks import load_task
+
+    data = tmp_path / "task.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say {i}.", "answer": str(i)}) + "\n" for i in range(20)))
+    out, told = tmp_path / "run", "Answer in one short sentence."
+    monkeypatch.setattr(preflight_check, "_answers_shorter", lambda short, given: True)
+    evaluated = []  # the held-out prompts each evaluation asked: a run's (`evaluate`), `rloo-kit eval`'s (both)
+
+    def recording(real):
+        def evaluate(model, tok, rows, *args, **kwargs):
+            evaluated.append(rows["prompt"])
+            return real(model, tok, rows, *args, **kwargs)
+        return evaluate
+
+    for name in ("evaluate", "evaluate_base_and_adapter"):
+        monkeypatch.setattr(tasks, name, recording(getattr(tasks, name)))
+    common = ["--model", str(tiny_model_dir), "--preset", "cpu", "--task", "file", "--path", str(data),
+              "--output-dir", str(out), "--batch-size", "4", "--num-generations", "2", "--n-test", "4",
+              "--save-steps", "1"]
+    assert cli.main(["train", *common, "--max-steps", "1", "--preflight-prompts", "4", "--force"]) == 0
+    first = json.loads((out / "metrics.json").read_text())
+    assert first["system_prompt"] == told and json.loads((out / "fit.json").read_text())["system_prompt"] == told
+    assert first["preflight"]["system_prompt"] == told and first["own_task_defaults"][0].startswith("system prompt")
+    assert f'Trained with the system prompt "{told}"' in (out / "README.md").read_text()
+    assert evaluated and all(p[0] == {"role": "system", "content": told} for rows in evaluated for p in rows)
+    evaluated.clear()
+    assert cli.main(["train", *common, "--max-steps", "2", "--resume"]) == 0
+    assert evaluated and all(p[0]["content"] == told for rows in evaluated for p in rows)
+    evaluated.clear()
+    capsys.readouterr()
+    assert cli.main(["eval", "--adapter", str(out / "adapter"), "--model", str(tiny_model_dir), "--samples", "0"]) == 0
+    assert f'system prompt "{told}" before every prompt without one, as trained' in capsys.readouterr().out
+    assert evaluated and all(p[0]["content"] == told for rows in evaluated for p in rows)
+    plain = load_task("file", path=str(data), n_test=4)  # notebook 03's, which loads the task itself
+    assert all(p[0]["content"] == told for p in asked_as_trained(plain, out / "adapter").test["prompt"])
+
+
 def test_a_runs_card_says_what_it_did_and_lists_the_files_it_left(tmp_path):
     common = dict(model="smollm2-135m", task="file", preset="cpu", device="cpu", accuracy_before=0.4)
     (tmp_path / "adapter").mkdir()

@@ -515,6 +515,68 @@ def test_fit_task_trains_the_setup_the_report_judged():
     assert fit_task(fixed, judged) == (fixed, [])
 
 
+def test_short_answers_are_trained_where_they_cut_clearly_fewer_samples_and_teach_as_much():
+    from rloo_kit.preflight_check import Problem, _answers_shorter
+
+    given = setup(truncation_rate=0.61, flat_fraction=0.44)  # a held-back faster/slower file at 128 tokens
+    assert _answers_shorter(setup(truncation_rate=0.36, flat_fraction=0.31), given)  # ... and asked for short
+    assert _answers_shorter(setup(truncation_rate=0.36, flat_fraction=0.49), given)  # as much spread, within 5 points
+    assert not _answers_shorter(setup(truncation_rate=0.55, flat_fraction=0.31), given)  # hardly fewer cut
+    assert not _answers_shorter(setup(truncation_rate=0.2, flat_fraction=0.6), given)  # ended, but teach less
+    collapse = Problem("reward_collapse", "", "", blocking=True)
+    assert not _answers_shorter(setup(truncation_rate=0.2, flat_fraction=0.44, problems=[collapse]), given)
+    refused = setup(truncation_rate=0.61, flat_fraction=0.9, problems=[collapse])
+    assert _answers_shorter(setup(truncation_rate=0.2, flat_fraction=0.9, problems=[collapse]), refused)
+
+
+def rambling_report() -> PreflightReport:
+    """A file task's report whose fitted length still cut 61% of samples, and whose short-answer probe is adopted."""
+    from rloo_kit.diagnostics import SHORT_ANSWER_PROMPT
+
+    judged = report(proposed=dict(max_completion_length=128, truncation_rate=0.61, flat_fraction=0.44), applies=True,
+                    truncation_rate=0.98, flat_fraction=0.75)
+    told = report(proposed=dict(max_completion_length=64, truncation_rate=0.36, flat_fraction=0.31), applies=True,
+                  truncation_rate=0.9, flat_fraction=0.5)
+    told.brevity_max_chars, told.adjustments = 40, ["completion length 16 -> 64", "+ brevity reward (weight 0.2)"]
+    judged.short_answers, judged.system_prompt = told, SHORT_ANSWER_PROMPT
+    return judged
+
+
+def test_a_task_trained_with_short_answers_has_the_system_prompt_before_every_prompt_of_every_split():
+    from rloo_kit.data import chat_prompt
+
+    judged = rambling_report()
+    told = judged.short_answers.proposed
+    assert judged.trained is told and judged.max_completion_length == 64
+    assert judged.without_system_prompt.truncation_rate == 0.61
+    assert judged.asked.truncation_rate == 0.98  # as asked stays the prompts as given
+    said = str(judged)
+    assert 'the kit trains (system prompt "Answer in one short sentence."; completion length 16 -> 64' in said
+    assert "without it, fitted (completion length 16 -> 128): at 128 tokens" in said
+    assert "the kit trains with it" in said
+    summary = json.loads(json.dumps(judged.to_dict()))["summary"]
+    assert summary["system_prompt"] == "Answer in one short sentence." and summary["max_completion_length"] == 64
+    assert summary["as_asked"]["truncation_rate"] == 0.98 and summary["short_answers"]["truncation_rate"] == 0.36
+
+    rows = Dataset.from_dict({"prompt": [chat_prompt(f"Which is faster, a snail or jet {i}?") for i in range(6)]
+                              + [chat_prompt("Which is faster?", "Be brief.")], "answer": ["jet"] * 7})
+    task = rloo_kit.tasks.Task("file", rows, rows, (correct_answer,)).carve_validation()
+    fitted, notes = fit_task(task, judged)
+    for split in (fitted.train, fitted.test, fitted.validation):
+        assert all(p[0]["role"] == "system" for p in split["prompt"])
+    assert {p[0]["content"] for p in fitted.test["prompt"]} == {"Answer in one short sentence.", "Be brief."}
+    assert fitted.max_completion_length == 64 and [f.__name__ for f in fitted.reward_funcs] == ["correct_answer",
+                                                                                                "brevity"]
+    assert notes[0].startswith('system prompt "Answer in one short sentence." before every prompt: as given, 61% of '
+                               "completions were cut at 128 tokens and 44% of prompts had no spread; asked for a short "
+                               "answer, 36% cut at 64 and 31% without spread")
+    assert notes[1].startswith("completion length 16 -> 64; + brevity reward")
+    judged.system_prompt = None  # probed, not adopted: the prompts as given are trained
+    assert judged.trained is judged.proposed and "not trained: at 64 tokens" in str(judged)
+    kept, _ = fit_task(task, judged)
+    assert kept.max_completion_length == 128 and kept.test["prompt"] == task.test["prompt"]
+
+
 def test_a_probe_still_cut_is_widened_by_continuing_its_own_samples(tiny_model_dir, monkeypatch):
     """The random tiny model never ends a reply: the probe (4 x 8 tokens) is widened once, to 64, by continuing
     the cut samples rather than drawing new ones, so the 32 tokens already sampled are kept and paid once: from
@@ -635,6 +697,47 @@ def test_an_open_length_far_longer_than_the_answers_need_is_shortened(tiny_model
     kept = rloo_kit.preflight(model, tok, task.replace(max_completion_length=256), preset=long, num_generations=2,
                               n_prompts=8, progress=False)
     assert kept.trained.max_completion_length == 256 and not kept.adjustments
+
+
+def test_a_file_task_whose_replies_ramble_is_asked_again_for_a_short_answer(tiny_model_dir, monkeypatch):
+    """The random tiny model never ends a reply: a file task (its length open) is still cut at the widest length
+    fitted, and the same rows are drawn again with the short-answer system prompt. Here that cuts no fewer, and the
+    prompts as given are trained; where it does (forced below), its setup is the one trained. A task that sets its
+    length, or whose prompts carry a system message, is judged as it is."""
+    from rloo_kit import preflight_check
+    from rloo_kit.data import chat_prompt
+    from rloo_kit.tasks import Task
+
+    model, tok = rloo_kit.load_model(str(tiny_model_dir), preset="cpu")
+    rows = Dataset.from_dict({"prompt": [chat_prompt(f"Say {i}.") for i in range(8)],
+                              "answer": [str(i) for i in range(8)]})
+    task = Task("file", rows, rows, (correct_answer,))
+    judged = []
+    real = preflight_check._preflight
+    monkeypatch.setattr(preflight_check, "_preflight",
+                        lambda m, t, data, **kw: judged.append(data) or real(m, t, data, **kw))
+
+    def judge(task: Task) -> PreflightReport:
+        judged.clear()
+        return rloo_kit.preflight(model, tok, task, preset="cpu", num_generations=2, n_prompts=4, progress=False)
+
+    r = judge(task)
+    assert r.without_system_prompt.truncation_rate >= 0.5 and r.short_answers is not None and len(judged) == 2
+    told = judged[1].train["prompt"]
+    assert all(p[0] == {"role": "system", "content": "Answer in one short sentence."} for p in told)
+    assert [p.index for p in r.short_answers.prompts] == [p.index for p in r.prompts]  # the same rows
+    assert r.system_prompt is None and r.trained is r.without_system_prompt and "replies rambled" in str(r)
+    assert r.seconds >= r.short_answers.seconds
+
+    monkeypatch.setattr(preflight_check, "_answers_shorter", lambda told, given: True)
+    adopted = judge(task)
+    assert adopted.system_prompt == "Answer in one short sentence." and adopted.trained is adopted.short_answers.trained
+    fitted, notes = fit_task(task, adopted)
+    assert all(p[0]["role"] == "system" for p in fitted.train["prompt"]) and notes[0].startswith("system prompt")
+    json.dumps(adopted.to_dict())  # preflight.json holds both draws' figures, and no model
+
+    for as_set in (task.replace(max_completion_length=16), fitted.replace(max_completion_length=None)):
+        assert judge(as_set).short_answers is None and len(judged) == 1
 
 
 def test_the_same_seed_draws_the_same_samples_and_leaves_the_callers_random_numbers_alone(tiny_model_dir):

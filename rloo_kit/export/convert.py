@@ -607,7 +607,7 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
         A GGUFCheck: accuracy in llama.cpp and in PyTorch, how many replies are the same text, and the accuracy
         training recorded (when `task` is None).
     """
-    from ..pipeline import run_metrics
+    from ..pipeline import asked_as_trained, run_metrics
     from ..recipes import eval_task_options, trained_task
     from ..rewards import is_correct, row_rules
     from ..tasks import load_task
@@ -622,7 +622,7 @@ def verify_gguf(gguf_file: str | Path, adapter: str | Path, *, model: str | None
         raise ExportError("The adapter was trained on a file task: pass its file with --path (path=...).")
     if not llama_cpp.available():
         raise ExportError(f"No llama.cpp runtime to verify with: {llama_cpp.INSTALL_HINT}.")
-    t = load_task(**options)
+    t = load_task(**options) if task else asked_as_trained(load_task(**options), adapter)  # as trained
     length = max_new_tokens or metrics.get("max_completion_length") or t.max_completion_length or 64
     t = t.replace(max_completion_length=length)
     _, source, _ = base_config(adapter, model)

@@ -60,7 +60,9 @@ def plot_reward_distribution(base: EvalReport, tuned: EvalReport, reward: str,
 
 def plot_preflight(report):
     """The pre-flight at a glance: each sampled prompt's mean reward with its spread (a prompt without
-    spread teaches nothing), and how long the completions ran against the completion length."""
+    spread teaches nothing), and how long the completions ran against the completion length: those of the prompts
+    trained (with the short-answer system prompt, where the pre-flight chose it)."""
+    report = report.chosen
     fig, (spread, lengths) = plt.subplots(1, 2, figsize=(11, 3.4))
     ordered = sorted(report.prompts, key=lambda p: p.mean_reward)
     xs = range(len(ordered))
