@@ -449,8 +449,9 @@ def _reward_hacking(history: list[dict], t: Thresholds) -> dict | None:
     return None
 
 
-def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str, str]:
-    """Plain-words message and the concrete fix, using the run's own settings where known."""
+def _advice(kind: str, ev: dict, args, t: Thresholds | None = None, asks_short: bool = False) -> tuple[str, str]:
+    """Plain-words message and the concrete fix, using the run's own settings where known (`asks_short`: the prompts
+    ask for a short answer already)."""
     g = getattr(args, "num_generations", None) or 4
     lr = getattr(args, "learning_rate", None) or 1e-5
     beta = getattr(args, "beta", None)
@@ -501,7 +502,7 @@ def _advice(kind: str, ev: dict, args, t: Thresholds | None = None) -> tuple[str
         return _memorisation_advice(ev, lr)
     return (f"Most completions are cut at max_completion_length={mcl} ({ev}); a cut answer usually has "
             "no final answer to score.",
-            f"raise max_completion_length {mcl} -> {2 * mcl}, {ASK_FOR_SHORT_ANSWERS}, or "
+            f"raise max_completion_length {mcl} -> {2 * mcl}, {'' if asks_short else ASK_FOR_SHORT_ANSWERS + ', '}or "
             + ("give the brevity reward the run has a larger weight." if ev.get("brevity") else
                "add rloo_kit.rewards.brevity() with a small weight."))
 
@@ -638,7 +639,7 @@ class HealthMonitor(TrainerCallback):
     """
 
     def __init__(self, thresholds: Thresholds | None = None, stop_on: Iterable[str] = (), verbose: bool = True,
-                 answer_reward: str | None = None, sampling: SamplingMeasured | None = None):
+                 answer_reward: str | None = None, sampling: SamplingMeasured | None = None, asks_short: bool = False):
         unknown = set(stop_on) - set(KINDS)
         if unknown:
             from .errors import ConfigError
@@ -649,6 +650,7 @@ class HealthMonitor(TrainerCallback):
         self.verbose = verbose
         self.answer_reward = answer_reward  # the reward function that scores the answer; None: the total reward
         self.sampling = sampling  # the pre-flight's greedy-against-sampled figures; None: not measured
+        self.asks_short = asks_short  # the prompts ask for a short answer already: the truncation fix does not again
         self.history: list[dict] = []
         self.diagnoses: list[Diagnosis] = []
         self.stopped_by: Diagnosis | None = None
@@ -662,14 +664,15 @@ class HealthMonitor(TrainerCallback):
         new = []
         for kind, evidence in _detect(self.history, self.thresholds, self.answer_reward, self.sampling).items():
             if kind not in seen:
-                message, fix = _advice(kind, evidence, args, self.thresholds)
+                message, fix = _advice(kind, evidence, args, self.thresholds, self.asks_short)
                 new.append(Diagnosis(kind, step, message, fix, evidence))
         self.diagnoses.extend(new)
         return new
 
     def diagnose(self, log_history: list[dict], args=None) -> list[Diagnosis]:
         """Replay a finished run's `trainer.state.log_history`; the diagnoses, in the order they started."""
-        replay = HealthMonitor(self.thresholds, verbose=False, answer_reward=self.answer_reward, sampling=self.sampling)
+        replay = HealthMonitor(self.thresholds, verbose=False, answer_reward=self.answer_reward, sampling=self.sampling,
+                               asks_short=self.asks_short)
         for entry in log_history:
             replay.observe(entry, entry.get("step", len(replay.history) + 1), args)
         return replay.diagnoses

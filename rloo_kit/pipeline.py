@@ -160,7 +160,8 @@ class RunReport:
                 "```", "", "```python", "from rloo_kit import load_adapter, load_model",
                 "", f'model, tokenizer = load_model("{self.model}")', f'model = load_adapter(model, "{adapter}")',
                 "```", *([f'Trained with the system prompt "{self.system_prompt}" before every prompt (the '
-                          "pre-flight's choice): give it the same way; `rloo-kit eval` does."]
+                          "pre-flight's choice): give it the same way; `rloo-kit eval` and `export --verify` do, and "
+                          "the exported Modelfile sets it for Ollama."]
                          if self.system_prompt else [])])
         setup = [f"- preset {self.preset} on {self.device}",
                  *(f"- own-task default: {note}" for note in self.own_task_defaults),
@@ -230,7 +231,8 @@ class Run:
         self.task, notes = fit_task(self.task, report)
         self.preflight_prompts = self.task.train["prompt"]  # the rows its per-prompt figures index, as trained
         self.preflight_report, self.report.own_task_defaults = report, notes
-        self.report.system_prompt = report.system_prompt
+        # a pre-flight run again judges prompts that carry the kit's system prompt already: it is kept
+        self.report.system_prompt = report.system_prompt or self.report.system_prompt
         self.sampling = report.sampling_measured()
         self.report.preflight = report.summary()
         if is_main_process():
@@ -239,7 +241,7 @@ class Run:
             (self.out / FIT).write_text(json.dumps({"max_completion_length": self.task.max_completion_length,
                                                     "brevity_max_chars": chosen.brevity_max_chars if chosen.applies
                                                     else None, "temperature": self.task.temperature,
-                                                    "system_prompt": report.system_prompt}))
+                                                    "system_prompt": self.report.system_prompt}))
         return report
 
     def cannot_learn(self, force: bool = False) -> bool:
@@ -502,8 +504,10 @@ def run_metrics(adapter: str | Path) -> dict:
 
 def asked_as_trained(task: Task, adapter: str | Path) -> Task:
     """`task` with the system prompt the run that wrote `adapter` put before every prompt (its pre-flight's choice,
-    recorded in metrics.json), so that the adapter is asked as it was trained; `task` where there was none."""
-    told = run_metrics(adapter).get("system_prompt")
+    recorded in metrics.json), so that the adapter is asked as it was trained; `task` where there was none, or where
+    the run trained another task."""
+    recorded = run_metrics(adapter)
+    told = recorded.get("system_prompt") if recorded.get("task") == task.name else None
     return refit(task, None, system_prompt=told) if told else task
 
 

@@ -101,9 +101,9 @@ class Task:
 
         return self.replace(train=told(self.train), test=told(self.test), validation=told(self.validation))
 
-    def has_system_prompt(self) -> bool:
-        """Whether any training prompt carries a system message of its own (the file's, or --system-prompt's)."""
-        return any(map(has_system_prompt, self.train["prompt"]))
+    def system_prompts(self) -> set[str]:
+        """The system messages its training prompts carry (the file's, --system-prompt's, or the pre-flight's)."""
+        return {p[0]["content"] for p in self.train["prompt"] if has_system_prompt(p)}
 
     def has_answers(self) -> bool:
         """Whether validation rows can be set apart to choose a run's best step: two training rows with answers."""

@@ -26,7 +26,7 @@ from trl import RLOOConfig, RLOOTrainer
 from .budget import BUDGET_STEPS, StepBudget, TimeBudget, Validation, read_json
 from .budget import STATE_FILE as BUDGET_STATE
 from .data import validate_dataset
-from .diagnostics import HealthMonitor
+from .diagnostics import SHORT_ANSWER_PROMPT, HealthMonitor
 from .distributed import barrier, is_main_process, shards_parameters
 from .errors import ConfigError, GPUOutOfMemoryError
 from .memory import ModelShape
@@ -172,6 +172,8 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     trainer.health_monitor = monitor
     if monitor is not None and monitor.answer_reward is None:  # the task's answer comes first among its rewards
         monitor.answer_reward = trainer.reward_func_names[0]
+    if monitor is not None and task is not None:  # the pre-flight's short-answer prompt, or the user's own
+        monitor.asks_short = monitor.asks_short or SHORT_ANSWER_PROMPT in task.system_prompts()
     if live:
         attach_live_view(trainer, monitor)
     return trainer

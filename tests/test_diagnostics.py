@@ -174,6 +174,9 @@ def test_online_monitor_reports_once_and_stops_on_request():
     assert [d.kind for d in monitor.diagnoses] == ["truncation"]
     assert control.should_training_stop and monitor.stopped_by.kind == "truncation"
     assert "--system-prompt" in monitor.diagnoses[0].fix  # the fix names how to ask for short answers
+    told = HealthMonitor(verbose=False, asks_short=True)  # ... where the prompts do not ask already
+    (cut,) = told.diagnose(CASES["truncation"])
+    assert cut.kind == "truncation" and "--system-prompt" not in cut.fix and "max_completion_length" in cut.fix
 
 
 def test_unknown_stop_kind_is_refused():

@@ -312,6 +312,9 @@ def test_modelfile_keeps_a_default_system_message(tiny):
                          + tok.chat_template)
     text = modelfile_text(tok, "m.gguf")
     assert '(ne (index .Messages 0).Role "system") }}<|im_start|>system\nBe brief.<|im_end|>\n{{ end }}' in text
+    assert "SYSTEM" not in text  # ... and an adapter trained with the pre-flight's short-answer prompt is asked so
+    told = "Answer in one short sentence."
+    assert f'SYSTEM """{told}"""' in modelfile_text(tok, "m.gguf", told)
     tok.chat_template = "{{ messages[0]['content'] }}"
     assert "TEMPLATE" not in modelfile_text(tok, "m.gguf") and 'PARAMETER stop "<|im_end|>"' in modelfile_text(
         tok, "m.gguf")

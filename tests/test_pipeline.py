@@ -37,6 +37,7 @@ def test_a_file_task_trained_with_short_answers_is_evaluated_and_resumed_with_th
     the held-out accuracy before and after, a resumed run and `rloo-kit eval` all put it before every prompt, as
     training did, and the run's card and fit.json say so."""
     from rloo_kit import preflight_check, tasks
+    from rloo_kit.diagnostics import HealthMonitor
     from rloo_kit.pipeline import asked_as_trained
     from rloo_kit.tasks import load_task
 
@@ -54,6 +55,9 @@ def test_a_file_task_trained_with_short_answers_is_evaluated_and_resumed_with_th
 
     for name in ("evaluate", "evaluate_base_and_adapter"):
         monkeypatch.setattr(tasks, name, recording(getattr(tasks, name)))
+    monitors, begin = [], HealthMonitor.on_train_begin  # whether each run's health monitor knows the prompts ask it
+    monkeypatch.setattr(HealthMonitor, "on_train_begin",
+                        lambda self, *a, **kw: (monitors.append(self.asks_short), begin(self, *a, **kw))[1])
     common = ["--model", str(tiny_model_dir), "--preset", "cpu", "--task", "file", "--path", str(data),
               "--output-dir", str(out), "--batch-size", "4", "--num-generations", "2", "--n-test", "4",
               "--save-steps", "1"]
@@ -66,6 +70,7 @@ def test_a_file_task_trained_with_short_answers_is_evaluated_and_resumed_with_th
     evaluated.clear()
     assert cli.main(["train", *common, "--max-steps", "2", "--resume"]) == 0
     assert evaluated and all(p[0]["content"] == told for rows in evaluated for p in rows)
+    assert monitors == [True, True]  # its truncation fix does not tell the user to ask for a short answer again
     evaluated.clear()
     capsys.readouterr()
     assert cli.main(["eval", "--adapter", str(out / "adapter"), "--model", str(tiny_model_dir), "--samples", "0"]) == 0

@@ -529,6 +529,16 @@ def test_short_answers_are_trained_where_they_cut_clearly_fewer_samples_and_teac
     assert _answers_shorter(setup(truncation_rate=0.2, flat_fraction=0.9, problems=[collapse]), refused)
 
 
+def test_the_truncation_fix_asks_for_a_short_answer_only_where_the_kit_has_not():
+    cut = report(truncation_rate=0.8)
+    (fix,) = [p.fix for p in cut.problems if p.kind == "truncation"]
+    assert "--system-prompt" in fix
+    cut.asked_short = True  # asked (or probed) by the pre-flight: its figures stand beside the fix instead
+    cut.diagnose()
+    (fix,) = [p.fix for p in cut.problems if p.kind == "truncation"]
+    assert "--system-prompt" not in fix and "brevity" in fix
+
+
 def rambling_report() -> PreflightReport:
     """A file task's report whose fitted length still cut 61% of samples, and whose short-answer probe is adopted."""
     from rloo_kit.diagnostics import SHORT_ANSWER_PROMPT
@@ -554,9 +564,14 @@ def test_a_task_trained_with_short_answers_has_the_system_prompt_before_every_pr
     assert 'the kit trains (system prompt "Answer in one short sentence."; completion length 16 -> 64' in said
     assert "without it, fitted (completion length 16 -> 128): at 128 tokens" in said
     assert "the kit trains with it" in said
-    summary = json.loads(json.dumps(judged.to_dict()))["summary"]
+    whole = json.loads(json.dumps(judged.to_dict()))  # preflight.json: the trained draw at the top level
+    assert whole["max_completion_length"] == 64 and whole["brevity_max_chars"] == 40 and whole["applies"]
+    assert whole["adjustments"] == ["completion length 16 -> 64", "+ brevity reward (weight 0.2)"]
+    assert whole["asked"]["truncation_rate"] == 0.98 and whole["as_given"]["max_completion_length"] == 128
+    summary = whole["summary"]
     assert summary["system_prompt"] == "Answer in one short sentence." and summary["max_completion_length"] == 64
     assert summary["as_asked"]["truncation_rate"] == 0.98 and summary["short_answers"]["truncation_rate"] == 0.36
+    assert summary["without_system_prompt"]["truncation_rate"] == 0.61
 
     rows = Dataset.from_dict({"prompt": [chat_prompt(f"Which is faster, a snail or jet {i}?") for i in range(6)]
                               + [chat_prompt("Which is faster?", "Be brief.")], "answer": ["jet"] * 7})
@@ -571,6 +586,8 @@ def test_a_task_trained_with_short_answers_has_the_system_prompt_before_every_pr
                                "completions were cut at 128 tokens and 44% of prompts had no spread; asked for a short "
                                "answer, 36% cut at 64 and 31% without spread")
     assert notes[1].startswith("completion length 16 -> 64; + brevity reward")
+    judged.short_answers.adjustments = []  # nothing else changed
+    assert 'the kit trains (system prompt "Answer in one short sentence."): at 64 tokens' in str(judged)
     judged.system_prompt = None  # probed, not adopted: the prompts as given are trained
     assert judged.trained is judged.proposed and "not trained: at 64 tokens" in str(judged)
     kept, _ = fit_task(task, judged)

@@ -287,7 +287,9 @@ def export_gguf(adapter: str | Path, output: str | Path, *, quant: str = "bf16",
     merged, tok = load_merged(adapter, source, stored_as=quant)
     write_gguf(merged, tok, out, quant, name=f"{Path(name).name}-rloo", overwrite=overwrite)
     if modelfile:
-        write_modelfile(tok, out, overwrite=True)
+        from ..pipeline import run_metrics
+
+        write_modelfile(tok, out, overwrite=True, system_prompt=run_metrics(adapter).get("system_prompt"))
     log.info("GGUF (%s) written to %s in %.0f s.", quant, out, time.time() - start)
     return out
 
@@ -447,11 +449,15 @@ def _permute(weights, n_head: int, n_head_kv: int):
 
 # ------------------------------------------------------------------------------------------------------ Ollama
 
-def modelfile_text(tok, gguf_name: str) -> str:
+def modelfile_text(tok, gguf_name: str, system_prompt: str | None = None) -> str:
     """An Ollama Modelfile for a GGUF: the chat template in Ollama's Go-template form (ChatML, with the default
-    system message the HF template adds when there is none) and the tokens that end a turn as stops."""
+    system message the HF template adds when there is none), the tokens that end a turn as stops, and the system
+    prompt the adapter was trained with (`system_prompt`: the pre-flight's short-answer one), which Ollama puts
+    before a conversation that has none, as training did."""
     stops = dict.fromkeys(t for t in (turn_end_token(tok), tok.eos_token) if t)
     lines = [f"FROM ./{gguf_name}"]
+    if system_prompt:
+        lines.append(f'SYSTEM """{system_prompt}"""')
     template = _ollama_chatml(tok)
     if template is None:
         log.warning("The chat template is not ChatML: the Modelfile leaves it to Ollama (read from the GGUF).")
@@ -487,12 +493,12 @@ def _ollama_chatml(tok) -> str | None:
             f"{m.group(1)}<|im_end|>\n{{{{ end }}}}" + body)
 
 
-def write_modelfile(tok, gguf_file: str | Path, *, overwrite: bool = False) -> Path:
+def write_modelfile(tok, gguf_file: str | Path, *, overwrite: bool = False, system_prompt: str | None = None) -> Path:
     """`Modelfile` beside the GGUF (`ollama create NAME -f Modelfile` in that folder)."""
     gguf_file = Path(gguf_file)
     out = check_output(gguf_file.with_name("Modelfile"), overwrite)
     with _atomic(out) as tmp:
-        tmp.write_text(modelfile_text(tok, gguf_file.name), encoding="utf-8")
+        tmp.write_text(modelfile_text(tok, gguf_file.name, system_prompt), encoding="utf-8")
     return out
 
 
