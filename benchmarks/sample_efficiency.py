@@ -8,7 +8,9 @@ one seed run back to back so that they share the machine's state:
 - pool_filter: both;
 - double: twice the prompts per step (`--batch-size` 2x the preset's), the honest control: more rollouts a
           step also means more groups with spread;
-- no_kl:  `--beta 0`: no KL penalty, so no reference pass a step (DAPO and Dr. GRPO drop it).
+- no_kl:  `--beta 0`: no KL penalty, so no reference pass a step (DAPO and Dr. GRPO drop it);
+- mixed:  `--mix-choice-order`: each choice question's group sampled half as written, half with its choices one
+          place on (a habit of one place is right in one half, wrong in the other: a group that teaches).
 
 Reported per task and arm: held-out accuracy before and after (the kept, best-validation adapter), the
 paired difference arm - plain over seeds with a bootstrap 95% interval and the sign test over seeds, steps
@@ -39,7 +41,7 @@ from rloo_kit.presets import PRESETS
 RUNS = REPO / "runs" / "bench-efficiency"
 ARMS = {"plain": [], "pool": ["--prompt-pool"], "filter": ["--spread-filter"],
         "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"],
-        "no_kl": ["--beta", "0"],
+        "no_kl": ["--beta", "0"], "mixed": ["--mix-choice-order"],
         # a trial: a wrong pick of a choice or label costs half a right one's pay (tasks/wrong_pick.py)
         "wrong_cost": ["--reward", str(REPO / "benchmarks" / "tasks" / "wrong_pick.py") + ":wrong_pick:0.5"],
         # a trial: a reply cut at the completion length earns the answer reward only where it marked its answer
@@ -126,7 +128,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", nargs="+", default=["demo", "word_sums", "animal_or_colour", "reverse_letters"],
                     choices=list(CASES))
-    ap.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in ("no_kl", "wrong_cost", "cut_unpaid")],
+    trials = ("no_kl", "mixed", "wrong_cost", "cut_unpaid")
+    ap.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in trials],
                     choices=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--minutes", type=float, default=3.0)

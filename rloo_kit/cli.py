@@ -308,6 +308,8 @@ def cmd_train(args) -> int:
         overrides["prompt_pool"] = True
     if args.spread_filter:
         overrides["spread_filter"] = True
+    if args.mix_choice_order:
+        overrides["mix_choice_order"] = True
     if args.tools:
         overrides["max_tool_calls"] = args.max_tool_calls
     report = run(plan, task, model, tok, output_dir=out, preflight_prompts=prompts, resume=args.resume,
@@ -617,6 +619,10 @@ def _train_parser(sub) -> None:
     tr.add_argument("--spread-filter", action="store_true", help="leave the groups whose K completions all got the "
                     "same reward out of each step's forward and backward passes (they teach nothing): cheaper steps, "
                     "the same update but for those groups' KL pull (one process, one micro-batch a step)")
+    tr.add_argument("--mix-choice-order", action="store_true", help="sample each choice question ('a jet or a "
+                    "koala?') half as written and half with its choices one place on, in one group: a habit of "
+                    "picking one place is then right in half the group and wrong in the other half, which teaches, "
+                    "where in one order all its replies are right or all wrong, which does not")
     tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
                     f"(default: {KIT_DEFAULTS['save_steps']})")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "

@@ -8,10 +8,11 @@ of a pass over the data, doubling each time it is flat again, up to two passes. 
 the model may have learned them since (Axolotl re-rolls failed groups likewise), and a share of every draw
 (`explore`) stays uniform over all prompts, so nothing is starved.
 
-It keeps TRL's sampler contract (each prompt K times in a row, whole groups, the generation batch repeated for
-`num_iterations x steps_per_generation`) and draws each generation batch when the data loader asks for it. Under
-several processes each process scores its own share of the groups, so the choices would differ between
-processes: the pool is for one process, and declines (TRL's sampler stays) under more.
+`patches.group_sampler.GroupSampler` asks it for each generation batch when the data loader wants one, and keeps
+TRL's sampler contract (each prompt K times in a row, whole groups). A choice question asked in two orders
+(`choice_order`) is one prompt to the pool: its twin's rewards count as its own. Under several processes each
+process scores its own share of the groups, so the choices would differ between processes: the pool is for one
+process, and declines (the prompts are drawn uniformly) under more.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ import json
 import logging
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
 from .distributed import is_main_process
@@ -66,10 +66,16 @@ class PromptPool:
             self.rows_of.setdefault(prompt_key(prompt), []).append(row)
         self.n_rows, self.explore, self.rng = len(prompts), explore, random.Random(seed)
         self.records: dict[str, Record] = {}
+        self.alias: dict[str, str] = {}  # a twin's key -> the key of the prompt it asks in another order
         self.draws = 0  # generation batches chosen so far
         self.batch = 1  # prompts a draw chooses (set by the sampler)
         self.low, self.high = math.inf, -math.inf  # the range of group rewards seen
         self._window = {"groups": 0, "flat": 0}  # since the last log line
+
+    def add_twins(self, pairs: Iterable[tuple]) -> None:
+        """(prompt, twin) pairs: the twin's groups are judged as the prompt's, and it is never chosen itself."""
+        for prompt, twin in pairs:
+            self.alias[prompt_key(twin)] = prompt_key(prompt)
 
     # ------------------------------------------------------------------ choosing
     def rested(self, key: str) -> bool:
@@ -99,7 +105,8 @@ class PromptPool:
         groups: dict[str, list[float]] = {}
         for prompt, reward in zip(prompts, rewards, strict=True):
             if not math.isnan(reward):
-                groups.setdefault(prompt_key(prompt), []).append(reward)
+                key = prompt_key(prompt)
+                groups.setdefault(self.alias.get(key, key), []).append(reward)
         judged = {k: v for k, v in groups.items() if k in self.rows_of and len(v) >= 2}
         for values in judged.values():  # the batch's range first, so that no group is judged on a part of it
             self.low, self.high = min(self.low, *values), max(self.high, *values)
@@ -184,25 +191,6 @@ class PromptPool:
             return scored
 
         return [record(i, f) for i, f in enumerate(funcs)]
-
-
-class PoolSampler(Sampler[int]):
-    """TRL's `RepeatSampler` contract, with the pool choosing each generation batch's prompts when it is drawn."""
-
-    def __init__(self, pool: PromptPool, *, num_generations: int, batch_size: int, repeat_count: int):
-        self.pool, self.k, self.batch_size, self.repeat_count = pool, num_generations, batch_size, repeat_count
-        pool.batch = batch_size
-        self.batches = pool.n_rows // batch_size
-
-    def __len__(self) -> int:
-        return self.batches * self.batch_size * self.k * self.repeat_count
-
-    def __iter__(self) -> Iterator[int]:
-        for _ in range(self.batches):
-            rows = self.pool.choose(self.batch_size)
-            for _ in range(self.repeat_count):
-                for row in rows:
-                    yield from [row] * self.k
 
 
 class PoolCallback(TrainerCallback):

@@ -25,6 +25,7 @@ from trl import RLOOConfig, RLOOTrainer
 
 from .budget import BUDGET_STEPS, StepBudget, TimeBudget, Validation, read_json
 from .budget import STATE_FILE as BUDGET_STATE
+from .choice_order import with_reordered_twins
 from .data import validate_dataset
 from .diagnostics import SHORT_ANSWER_PROMPT, HealthMonitor
 from .distributed import barrier, is_main_process, shards_parameters
@@ -68,7 +69,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                   callbacks: Sequence[TrainerCallback] = (), strict_rewards: bool = False,
                   eval_dataset: Dataset | None = None, live: bool = True, skip_patches: Collection[str] = (),
                   minutes: float | None = None, keep_best: bool = False, prompt_pool: bool | PromptPool = False,
-                  spread_filter: bool = False,
+                  spread_filter: bool = False, mix_choice_order: bool = False,
                   tools: Sequence[Callable] = (), max_tool_calls: int = MAX_CALLS,
                   **overrides: object) -> RLOOTrainer:
     """An RLOOTrainer ready to `train()`.
@@ -91,6 +92,9 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     rests prompts whose groups were flat, in place of TRL's uniform draw (`trainer.prompt_pool`); one process only.
     spread_filter: each step's log-prob passes and loss cover only its groups whose completions got different task
     rewards (patch `spread_filter`); one process, one micro-batch a generation.
+    mix_choice_order: sample each choice question's group half as written and half with its choices one place on
+    (`choice_order`, `trainer.choice_twins`), so that a habit of picking one place is right in one half and wrong in
+    the other, and the group teaches; not with vLLM, whose server samples a group from one prompt.
     tools: Python functions the model may call in its rollouts (a Task made with `tools.with_tools` brings its
     own), at most `max_tool_calls` a completion; a tool's tokens weigh nothing in the loss (patch `tool_rollouts`).
 
@@ -112,12 +116,13 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         keep_best: keep the best validation step of a run bounded by steps (see above).
         prompt_pool: True, or a PromptPool, to draw prompts from a pool (see above); False: TRL's uniform draw.
         spread_filter: True to leave a step's flat groups out of its forward and backward passes (see above).
+        mix_choice_order: True to sample choice questions in two orders within each group (see above).
         tools: Python functions (or `tools.Tool`s) the model may call; the Task's when empty.
         max_tool_calls: the most tool calls one completion may make.
         **overrides: RLOOConfig fields, over the preset's and the Task's.
 
     Returns:
-        The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool`, `spread_filter` and
+        The RLOOTrainer, with `health_monitor`, `time_budget`, `prompt_pool`, `choice_twins`, `spread_filter` and
         `rloo_kit_patches` set.
     """
     task = train_dataset if isinstance(train_dataset, Task) else None
@@ -147,6 +152,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
         except ValueError as e:
             raise ConfigError(f"prompt_pool: {e}") from None
     validate_dataset(train_dataset, set().union(*map(required_columns, funcs)))
+    train_dataset, twins = _in_two_orders(train_dataset, pool, config) if mix_choice_order else (train_dataset, {})
     if not hasattr(model, "peft_config"):
         model = attach_lora(model, preset=preset)
     patched = patch_before_trainer(model, config, skip_patches)  # a model loaded outside the kit gets them too
@@ -164,6 +170,7 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
                           eval_dataset=eval_dataset, processing_class=tokenizer,
                           callbacks=[*filter(None, kit_callbacks), *callbacks])
     trainer.time_budget, trainer.prompt_pool, trainer.spread_filter = budget, pool, spread_filter
+    trainer.choice_twins = twins
     trainer.kit_tools = as_tools(tools) if tools else list(task.tools) if task is not None else []
     trainer.kit_tool_format = task.tool_format if task is not None and task.tools else KIT.name
     trainer.max_tool_calls = max_tool_calls
@@ -177,6 +184,23 @@ def build_trainer(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedToken
     if live:
         attach_live_view(trainer, monitor)
     return trainer
+
+
+def _in_two_orders(dataset: Dataset, pool: PromptPool | None, config: RLOOConfig) -> tuple[Dataset, dict[int, int]]:
+    """`mix_choice_order`: the training rows with their reordered twins and which row each is of ({} where there
+    are none, or under vLLM); a pool judges a twin's groups as its row's."""
+    if config.use_vllm:
+        log.warning("mix_choice_order: off with vLLM, whose server samples a group from one prompt; the choice "
+                    "questions are sampled as written.")
+        return dataset, {}
+    mixed, twins = with_reordered_twins(dataset)
+    if pool is not None:
+        pool.add_twins((mixed[row]["prompt"], mixed[twin]["prompt"]) for row, twin in twins.items())
+    if is_main_process():
+        log.info(f"choice questions in two orders: {len(twins)} of {len(dataset)} training rows sampled half as "
+                 "written, half with their choices one place on" if twins else
+                 "mix_choice_order: no training row lists choices the kit can reorder; sampled as written.")
+    return mixed, twins
 
 
 def _as_trained(task: Task, tokenizer: PreTrainedTokenizerBase, config: RLOOConfig | None, minutes: float | None,

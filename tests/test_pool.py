@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 
 import rloo_kit
-from rloo_kit.pool import STATE_FILE, PoolSampler, PromptPool
+from rloo_kit.patches.group_sampler import GroupSampler
+from rloo_kit.pool import STATE_FILE, PromptPool
 
 
 def flat_then_spread(pool: PromptPool, flat: set[int], n: int) -> None:
@@ -17,13 +18,14 @@ def flat_then_spread(pool: PromptPool, flat: set[int], n: int) -> None:
     pool.observe(prompts, rewards)
 
 
-def test_the_pool_sampler_keeps_trls_sampler_contract():
+def test_the_group_sampler_keeps_trls_sampler_contract():
     """Each generation batch: `batch` distinct prompts, each K times in a row, the batch repeated repeat_count
     times (TRL's RepeatSampler, so groups stay whole on every step); as long as TRL's over the same rows."""
     from trl.trainer.utils import RepeatSampler
 
     prompts = [f"p{i}" for i in range(10)]
-    sampler = PoolSampler(PromptPool(prompts, seed=1), num_generations=3, batch_size=2, repeat_count=2)
+    sampler = GroupSampler(PromptPool(prompts, seed=1).choose, len(prompts), num_generations=3, batch_size=2,
+                           repeat_count=2)
     drawn = list(sampler)
     assert len(drawn) == len(sampler) == len(RepeatSampler(prompts, mini_repeat_count=3, batch_size=2,
                                                            repeat_count=2))
@@ -111,7 +113,7 @@ def test_a_pooled_run_trains_and_its_pool_resumes(tiny_model_dir, tmp_path):
     kwargs = dict(preset="cpu", output_dir=str(tmp_path), prompt_pool=True, per_device_train_batch_size=4,
                   num_generations=2, max_completion_length=6, save_steps=2, live=False)
     trainer = rloo_kit.build_trainer(model, tok, task, max_steps=4, **kwargs)
-    assert "prompt_pool" in trainer.rloo_kit_patches
+    assert "group_sampler" in trainer.rloo_kit_patches
     rloo_kit.train(trainer)
     pool = trainer.prompt_pool
     assert sum(r.groups for r in pool.records.values()) == 4 * 2  # 4 steps x 2 prompts, each group judged
@@ -132,7 +134,7 @@ def test_without_the_pool_trl_draws(tiny_model_dir, tmp_path):
     task = rloo_kit.load_task("arithmetic", n_train=12, n_test=4)
     trainer = rloo_kit.build_trainer(model, tok, task, preset="cpu", output_dir=str(tmp_path), max_steps=1,
                                      live=False)
-    assert trainer.prompt_pool is None and "prompt_pool" not in trainer.rloo_kit_patches
+    assert trainer.prompt_pool is None and "group_sampler" not in trainer.rloo_kit_patches
     assert "_get_train_sampler" not in vars(trainer)
 
 
@@ -145,7 +147,7 @@ def test_the_command_trains_with_a_pool_the_preflight_seeded(tiny_model_dir, tmp
                  "2", "--save-steps", "2", "--batch-size", "4", "--num-generations", "2", "--max-completion-length",
                  "8", "--n-test", "4", "--preflight-prompts", "6", "--force", "--prompt-pool"])
     assert code == 0
-    assert "prompt_pool" in json.loads((out / "metrics.json").read_text())["config"]["patches"]
+    assert "group_sampler" in json.loads((out / "metrics.json").read_text())["config"]["patches"]
     saved = json.loads((out / "checkpoint-2" / STATE_FILE).read_text())
     seeded = sum(r["groups"] for r in saved["records"].values()) - 2 * 2  # the 2 steps' groups set apart
     assert seeded == 6  # each pre-flight prompt told the pool what its samples gave

@@ -56,8 +56,8 @@ def _verdict(patch: Patch, device: str, dtype: torch.dtype | None, instance: obj
     reason = patch.is_for(device, dtype)
     if reason:
         return Outcome(patch, "not needed", reason)
-    if patch.asked_by and instance is not None and not getattr(instance, patch.asked_by, None):
-        return Outcome(patch, "not needed", f"the run sets no {patch.asked_by}")
+    if patch.asked_by and instance is not None and not any(getattr(instance, a, None) for a in patch.asked_by):
+        return Outcome(patch, "not needed", f"the run sets no {' or '.join(patch.asked_by)}")
     reason = patch.unsupported(instance)
     if reason:
         return Outcome(patch, "blocked" if patch.required else "skipped", reason)

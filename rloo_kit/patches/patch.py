@@ -39,7 +39,7 @@ class Patch:
     dtype: torch.dtype | None = None  # the base model's dtype it is for (None: any)
     required: bool = False  # where it is for, the run cannot go without it: raise rather than skip
     when: str = ""  # what else its own checks ask of the run, in plain words
-    asked_by: str | None = None  # the trainer attribute a run sets to want it (tools, a prompt pool); None: always
+    asked_by: tuple[str, ...] = ()  # the trainer attributes a run sets (any one) to want it (tools, a pool); (): always
 
     def __post_init__(self):
         if self.phase not in PHASES:

@@ -130,14 +130,17 @@ PATCHES: tuple[Patch, ...] = (
                    "ipykernel.kernelbase.Kernel.shell_channel_thread"), tested={"ipykernel": "==7.4.*"},
           tests=("tests/test_browser.py::test_stop_button_stops_a_run_and_keeps_the_adapter",),
           apply=None, phase="live", devices=None, when="the live view's widget in a Jupyter kernel"),
-    Patch("prompt_pool", "the training prompts drawn by the kit's prompt pool (`rloo_kit.pool`), which rests prompts "
-          "whose groups were flat, in place of TRL's uniform RepeatSampler (the trainer's `_get_train_sampler` "
-          "rebound on the instance); only where the run asks for the pool",
-          targets=(f"{RLOO}._get_train_sampler", f"{RLOO}().num_generations", f"{RLOO}().num_iterations"),
-          tested=TRL, tests=("tests/test_pool.py::test_the_pool_sampler_keeps_trls_sampler_contract",
-                             "tests/test_pool.py::test_a_pooled_run_trains_and_its_pool_resumes"),
-          apply="rloo_kit.patches.pool_sampler:use_prompt_pool", devices=None, when="prompt_pool=True, one process",
-          asked_by="prompt_pool"),
+    Patch("group_sampler", "the training prompts drawn by the kit's prompt pool (`rloo_kit.pool`), which rests "
+          "prompts whose groups were flat, and each choice question's group sampled half as written and half with "
+          "its choices one place on (`rloo_kit.choice_order`), in place of TRL's uniform RepeatSampler (the "
+          "trainer's `_get_train_sampler` rebound on the instance); only where the run asks for either",
+          targets=(f"{RLOO}._get_train_sampler", f"{RLOO}().num_generations", f"{RLOO}().num_iterations",
+                   f"{RLOO}().train_dataset"),
+          tested=TRL, tests=("tests/test_pool.py::test_the_group_sampler_keeps_trls_sampler_contract",
+                             "tests/test_pool.py::test_a_pooled_run_trains_and_its_pool_resumes",
+                             "tests/test_choice_order.py::test_a_run_in_two_orders_samples_each_group_half_and_half"),
+          apply="rloo_kit.patches.group_sampler:use_group_sampler", devices=None,
+          when="prompt_pool=True (one process) or mix_choice_order=True", asked_by=("prompt_pool", "choice_twins")),
     Patch("spread_filter", "a step's log-prob passes, KL and loss on its groups with spread in the task reward only, "
           "their advantages scaled by the share kept (the trainer's `_generate_and_score_completions` rebound on "
           "the instance: sampling and scoring first, then TRL's own on those groups, its `_generate` and "
@@ -148,7 +151,7 @@ PATCHES: tuple[Patch, ...] = (
           tested=TRL, tests=("tests/test_spread_filter.py::test_flat_groups_stay_out_of_the_step_and_the_logs_see_them",
                              "tests/test_spread_filter.py::test_a_filtered_step_is_trls_step_on_the_groups_with_spread"),
           apply="rloo_kit.patches.spread_filter:use_spread_filter", devices=None,
-          when="spread_filter=True, one process, one micro-batch a generation, no tools", asked_by="spread_filter"),
+          when="spread_filter=True, one process, one micro-batch a generation, no tools", asked_by=("spread_filter",)),
     Patch("tool_rollouts", "rollouts that call tools (`rloo_kit.tools`): after TRL's first turn each call is run and "
           "sampling goes on; a tool's tokens weigh 0 in the old log-probs, the KL and the loss (four of RLOOTrainer's "
           "private methods rebound on the instance, the log-prob pass outermost); the step's length figures are "
@@ -159,5 +162,5 @@ PATCHES: tuple[Patch, ...] = (
           tested=TRL, tests=("tests/test_tools.py::test_without_calls_a_step_is_trls_step",
                              "tests/test_tools.py::test_a_tools_tokens_weigh_nothing_and_errors_come_back_as_results"),
           apply="rloo_kit.patches.tool_rollouts:use_tool_rollouts", devices=None, when="tools given",
-          asked_by="kit_tools"),
+          asked_by=("kit_tools",)),
 )
