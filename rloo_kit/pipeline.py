@@ -317,6 +317,8 @@ class Run:
             "gradient_accumulation_steps", "max_completion_length", "max_steps", "seed")}
         self.report.config.update(lora_r=self.plan.preset.lora_r, lora_alpha=self.plan.preset.lora_alpha,
                                   patches=list(getattr(self.trainer, "rloo_kit_patches", [])))
+        if self.trainer.choice_twins:  # training rows whose groups were sampled in two orders (mix_choice_order)
+            self.report.config.update(rows_in_two_orders=len(self.trainer.choice_twins))
         if self.task.tools:  # how the tools were told and called: the kit's syntax or the model's own
             self.report.config.update(tool_format=self.task.tool_format, max_tool_calls=self.trainer.max_tool_calls)
         return self.trainer

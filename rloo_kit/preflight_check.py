@@ -1162,8 +1162,14 @@ def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
                  "and the answer; the pre-flight does not sample rollouts with tools any longer than asked)"]
     if not report.asked_short:
         fixes.append(ASK_FOR_SHORT_ANSWERS)
+    elif report.short_answers is not None and report.system_prompt is None:  # probed, and not trained with it
+        fixes.append(f'train asking for a short answer all the same (--system-prompt "{SHORT_ANSWER_PROMPT}"), which '
+                     "the kit probed (see the line above) and left, as it left more prompts without spread")
     if "brevity" not in names:
         fixes.append("add rloo_kit.rewards.brevity() with a small weight")
+    if not fixes:  # the length the preset leaves room for, a short answer asked and a brevity reward, already
+        fixes.append("train as it is, its cut replies scored as they stand: the completion length is already the one "
+                     "the samples call for, a short answer was asked and brevity is paid")
     undecided = (f" The pre-flight cannot tell how long an answer needs: {1 - report.finished_within_probe:.0%} of "
                  f"its samples are still cut at {report.probe_length} tokens, the longest it probes."
                  if report.finished_within_probe < 1 - TRUNCATION_SHARE else "")

@@ -133,3 +133,23 @@ def test_a_run_in_two_orders_samples_each_group_half_and_half(tiny_model_dir, tm
         written = next(r["prompt"][-1]["content"] for r in task.train if r["prompt"][-1]["content"] == group[0])
         assert reordered(written, next(r["choices"] for r in task.train
                                        if r["prompt"][-1]["content"] == group[0]))[0] == group[2]
+
+
+@pytest.mark.heavy
+def test_the_command_mixes_the_order_and_records_it(tiny_model_dir, tmp_path):
+    import json
+
+    import yaml
+
+    from rloo_kit.cli import main
+
+    path = _choice_file(tmp_path, [(f"Which is faster, a {f} or a {s}?", f) for f, s in zip(FAST, SLOW, strict=True)])
+    out = tmp_path / "run"
+    code = main(["train", "--model", str(tiny_model_dir), "--preset", "cpu", "--task", "file", "--path", str(path),
+                 "--prompt-column", "q", "--answer-column", "which", "--n-test", "4", "--output-dir", str(out),
+                 "--max-steps", "1", "--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8",
+                 "--preflight-prompts", "0", "--mix-choice-order"])
+    assert code == 0
+    config = json.loads((out / "metrics.json").read_text())["config"]
+    assert config["rows_in_two_orders"] == len(FAST) - 4 and "group_sampler" in config["patches"]
+    assert yaml.safe_load((out / "recipe.yaml").read_text())["mix_choice_order"] is True

@@ -537,6 +537,21 @@ def test_the_truncation_fix_asks_for_a_short_answer_only_where_the_kit_has_not()
     cut.diagnose()
     (fix,) = [p.fix for p in cut.problems if p.kind == "truncation"]
     assert "--system-prompt" not in fix and "brevity" in fix
+    cut.short_answers = report(truncation_rate=0.3)  # probed and not adopted: the user may still choose it
+    cut.diagnose()
+    (fix,) = [p.fix for p in cut.problems if p.kind == "truncation"]
+    assert 'all the same (--system-prompt "Answer in one short sentence.")' in fix
+
+
+def test_the_truncation_fix_is_never_empty():
+    """A faster/slower file at 128 tokens (the length its samples called for) with a brevity reward, its short-answer
+    probe adopted, still had half its samples cut: the fix said 'Fix: .'."""
+    paid = [RewardStats("correct_answer", 0.2, 0.4, 0.0, {}), RewardStats("brevity", 0.0, 0.1, 0.0, {})]
+    cut = report(truncation_rate=0.5, rewards=paid, max_completion_length=128, suggested_max_completion_length=128)
+    cut.asked_short, cut.system_prompt = True, "Answer in one short sentence."
+    cut.diagnose()
+    (fix,) = [p.fix for p in cut.problems if p.kind == "truncation"]
+    assert fix.startswith("train as it is")
 
 
 def rambling_report() -> PreflightReport:
