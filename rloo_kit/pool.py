@@ -64,7 +64,7 @@ class PromptPool:
         self.rows_of: dict[str, list[int]] = {}
         for row, prompt in enumerate(prompts):
             self.rows_of.setdefault(prompt_key(prompt), []).append(row)
-        self.n_rows, self.explore, self.rng = len(prompts), explore, random.Random(seed)
+        self.explore, self.rng = explore, random.Random(seed)
         self.records: dict[str, Record] = {}
         self.alias: dict[str, str] = {}  # a twin's key -> the key of the prompt it asks in another order
         self.draws = 0  # generation batches chosen so far

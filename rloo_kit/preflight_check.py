@@ -1167,7 +1167,7 @@ def _length_fix(report: PreflightReport, length: int, names: set[str]) -> str:
                      "the kit probed (see the line above) and left, as it left more prompts without spread")
     if "brevity" not in names:
         fixes.append("add rloo_kit.rewards.brevity() with a small weight")
-    if not fixes:  # the length the preset leaves room for, a short answer asked and a brevity reward, already
+    if not fixes:  # the length the samples call for, a short answer asked and a brevity reward, already
         fixes.append("train as it is, its cut replies scored as they stand: the completion length is already the one "
                      "the samples call for, a short answer was asked and brevity is paid")
     undecided = (f" The pre-flight cannot tell how long an answer needs: {1 - report.finished_within_probe:.0%} of "

@@ -195,7 +195,8 @@ def _in_two_orders(dataset: Dataset, pool: PromptPool | None, config: RLOOConfig
         return dataset, {}
     mixed, twins = with_reordered_twins(dataset)
     if pool is not None:
-        pool.add_twins((mixed[row]["prompt"], mixed[twin]["prompt"]) for row, twin in twins.items())
+        prompts = mixed["prompt"]
+        pool.add_twins((prompts[row], prompts[twin]) for row, twin in twins.items())
     if is_main_process():
         log.info(f"choice questions in two orders: {len(twins)} of {len(dataset)} training rows sampled half as "
                  "written, half with their choices one place on" if twins else
