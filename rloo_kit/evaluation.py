@@ -145,10 +145,10 @@ class EvalReport:
         rows = [r for r in self.completions if r.get("choices") and r.get("predicted") is not None]
         if len(rows) < min_rows:
             return None
-        picked = [_place([r["predicted"]], r["choices"]) for r in rows]
+        picked = [choice_place([r["predicted"]], r["choices"]) for r in rows]
         place, given = Counter(picked).most_common(1)[0]
         against = [p for r, p in zip(rows, picked, strict=True)
-                   if _place(accepted_answers(r["answer"]), r["choices"]) != place]
+                   if choice_place(accepted_answers(r["answer"]), r["choices"]) != place]
         kept = sum(p == place for p in against)
         if (place is None or given < ONE_ANSWER_SHARE * len(rows) or len(against) < ONE_PLACE_AGAINST
                 or kept <= ONE_PLACE_KEPT * len(against)):
@@ -215,7 +215,7 @@ def _fits(answer: str | None, row: dict) -> bool:
     return answer is not None and is_correct(answer, row["answer"])
 
 
-def _place(answers: list[str], choices: Sequence[str]) -> int | None:
+def choice_place(answers: list[str], choices: Sequence[str]) -> int | None:
     """Where the first of `choices` that one of `answers` matches sits in the list (0 is the first), or None."""
     return next((i for i, c in enumerate(choices) if any(answers_match(a, c) for a in answers)), None)
 

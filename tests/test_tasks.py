@@ -75,6 +75,24 @@ def test_a_label_file_holds_out_each_label_in_its_share_of_the_rows(tmp_path):
     assert sorted(task.test["answer"]) == ["blue"] * 6 + ["green"] * 4 + ["red"] * 6
 
 
+def test_a_choice_file_holds_out_each_place_of_its_answer_in_its_share_of_the_rows(tmp_path):
+    """A larger-number file drew the larger first in 15 of 24 held-out rows and in 6 of 19 validation rows, so a
+    habit of the first place read as a gain held out and a loss on validation. The answer's place is held out in its
+    share: 48 of 80 rows offering it first give 10 of 16 held out, and 7 of 12 validation rows."""
+    rows = [{"q": f"Which number is larger, {a} or {b}?", "a": str(max(a, b))}
+            for i in range(80) for a, b in [(20 + i, 10 + i) if i % 5 < 3 else (10 + i, 20 + i)]]
+    task = rloo_kit.load_task("file", path=write_jsonl(tmp_path / "larger.jsonl", rows), prompt_column="q",
+                              answer_column="a")
+
+    def first(split) -> int:
+        return sum(row["choices"][0] == row["answer"] for row in split)
+
+    assert "choices" in task.test.column_names and (len(task.test), first(task.test)) == (16, 10)
+    carved = task.carve_validation(seed=3)
+    assert (len(carved.validation), first(carved.validation)) == (12, 7)
+    assert (len(carved.train), first(carved.train)) == (52, 31)
+
+
 @pytest.mark.parametrize("content,n_test,match", [
     ("", 50, "is empty"),
     ('{"prompt": "a", "answer": "1"}\n' * 10, 50, r"10 row\(s\).*--n-test"),
