@@ -33,7 +33,8 @@ def test_a_resumed_file_task_keeps_its_fitted_length_and_its_accuracy_before(tin
 
 def test_a_file_task_trained_with_short_answers_is_evaluated_and_resumed_with_them(tiny_model_dir, tmp_path,
                                                                                    monkeypatch, capsys):
-    """Where the pre-flight trains the short-answer system prompt (forced here: the random model rambles either way),
+    """Where the pre-flight trains the short-answer system prompt (forced here: whether the random model's samples are
+    cut often enough to ask, and shorter when asked, depends on the CPU's arithmetic),
     the held-out accuracy before and after, a resumed run and `rloo-kit eval` all put it before every prompt, as
     training did, and the run's card and fit.json say so."""
     from rloo_kit import preflight_check, tasks
@@ -44,6 +45,7 @@ def test_a_file_task_trained_with_short_answers_is_evaluated_and_resumed_with_th
     data = tmp_path / "task.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say {i}.", "answer": str(i)}) + "\n" for i in range(20)))
     out, told = tmp_path / "run", "Answer in one short sentence."
+    monkeypatch.setattr(preflight_check, "_rambles", lambda report, dataset, length: True)
     monkeypatch.setattr(preflight_check, "_answers_shorter", lambda short, given: True)
     evaluated = []  # the held-out prompts each evaluation asked: a run's (`evaluate`), `rloo-kit eval`'s (both)
 
