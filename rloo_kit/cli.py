@@ -623,7 +623,7 @@ def _train_parser(sub) -> None:
                     "koala?') half as written and half with its choices one place on, in one group: a habit of "
                     "picking one place is then right in half the group and wrong in the other half, which teaches, "
                     "where in one order all its replies are right or all wrong, which does not (a trial: three "
-                    "8-minute runs with it ended lower than without; docs/benchmarks.md)")
+                    "8-minute runs with it ended lower than without, four 30-step runs as high; docs/benchmarks.md)")
     tr.add_argument("--save-steps", type=int, help="steps between checkpoints, which --resume continues from "
                     f"(default: {KIT_DEFAULTS['save_steps']})")
     tr.add_argument("--batch-size", type=int, help="completions per step on each process (prompts x "
