@@ -297,18 +297,18 @@ def _stratified(data: Dataset, strata: list[str], n_test: int, seed: int) -> tup
     rounded up), drawn at random within it."""
     rng = random.Random(seed)
     rows_of: dict[str, list[int]] = {}
-    for i, label in enumerate(strata):
-        rows_of.setdefault(label, []).append(i)
-    share = {label: n_test * len(rows) / len(data) for label, rows in rows_of.items()}
-    count = {label: int(s) for label, s in share.items()}
-    by_remainder = sorted(share, key=lambda label: (count[label] - share[label], label))
-    for label in by_remainder[:n_test - sum(count.values())]:
-        count[label] += 1
+    for i, stratum in enumerate(strata):
+        rows_of.setdefault(stratum, []).append(i)
+    share = {stratum: n_test * len(rows) / len(data) for stratum, rows in rows_of.items()}
+    count = {stratum: int(s) for stratum, s in share.items()}
+    by_remainder = sorted(share, key=lambda stratum: (count[stratum] - share[stratum], stratum))
+    for stratum in by_remainder[:n_test - sum(count.values())]:
+        count[stratum] += 1
     test = []
-    for label in sorted(rows_of):
-        rows = rows_of[label][:]
+    for stratum in sorted(rows_of):
+        rows = rows_of[stratum][:]
         rng.shuffle(rows)
-        test += rows[:count[label]]
+        test += rows[:count[stratum]]
     held = set(test)
     train = [i for i in range(len(data)) if i not in held]
     rng.shuffle(train)
