@@ -10,7 +10,9 @@ one seed run back to back so that they share the machine's state:
           step also means more groups with spread;
 - no_kl:  `--beta 0`: no KL penalty, so no reference pass a step (DAPO and Dr. GRPO drop it);
 - mixed:  `--mix-choice-order`: each choice question's group sampled half as written, half with its choices one
-          place on (a habit of one place is right in one half, wrong in the other: a group that teaches).
+          place on (a habit of one place is right in one half, wrong in the other: a group that teaches);
+- short:  `--system-prompt "Answer in one short sentence."`: the short answer the pre-flight adopts where replies
+          ramble, asked whatever the pre-flight would decide (does its rule leave it where it would have helped?).
 
 Reported per task and arm: held-out accuracy before and after (the kept, best-validation adapter), the
 paired difference arm - plain over seeds with a bootstrap 95% interval and the sign test over seeds, steps
@@ -20,7 +22,7 @@ every 5 steps for them, the same cost in every arm). Adopt an arm as the default
 excludes 0 and costs no task more than one held-out prompt on average.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--tasks demo word_sums] [--seeds 0 1 2 3 4] [--minutes 3]
-        [--arms plain pool filter pool_filter double (no_kl)] [--max-steps N] [--reuse]
+        [--arms plain pool filter pool_filter double (no_kl mixed short)] [--max-steps N] [--reuse]
 
 Writes benchmarks/results/sample-efficiency.{json,md} (`--name` another); runs live in runs/bench-efficiency/.
 """
@@ -35,13 +37,13 @@ from pathlib import Path
 from common import REPO, bootstrap, cli_train, load_note, stamp, write
 from sampling_fit import CASES, held_out_right
 
-from rloo_kit.diagnostics import SPREAD_KEY
+from rloo_kit.diagnostics import SHORT_ANSWER_PROMPT, SPREAD_KEY
 from rloo_kit.presets import PRESETS
 
 RUNS = REPO / "runs" / "bench-efficiency"
 ARMS = {"plain": [], "pool": ["--prompt-pool"], "filter": ["--spread-filter"],
         "pool_filter": ["--prompt-pool", "--spread-filter"], "double": ["--batch-size", "{double}"],
-        "no_kl": ["--beta", "0"], "mixed": ["--mix-choice-order"],
+        "no_kl": ["--beta", "0"], "mixed": ["--mix-choice-order"], "short": ["--system-prompt", SHORT_ANSWER_PROMPT],
         # a trial: a wrong pick of a choice or label costs half a right one's pay (tasks/wrong_pick.py)
         "wrong_cost": ["--reward", str(REPO / "benchmarks" / "tasks" / "wrong_pick.py") + ":wrong_pick:0.5"],
         # a trial: a reply cut at the completion length earns the answer reward only where it marked its answer
@@ -128,7 +130,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", nargs="+", default=["demo", "word_sums", "animal_or_colour", "reverse_letters"],
                     choices=list(CASES))
-    trials = ("no_kl", "mixed", "wrong_cost", "cut_unpaid")
+    trials = ("no_kl", "mixed", "short", "wrong_cost", "cut_unpaid")
     ap.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in trials],
                     choices=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
