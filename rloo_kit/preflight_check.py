@@ -480,9 +480,11 @@ def _rambles(report: PreflightReport, dataset: Dataset | Task, max_completion_le
 
 def _answers_shorter(told: Setup, given: Setup) -> bool:
     """Whether the setup with the short-answer system prompt is the one to train: PROBE_GAIN fewer of its samples cut,
-    no more of its prompts flat than half PROBE_GAIN above the setup as given, and not refused where that one is not."""
+    no more of its prompts flat than PROBE_GAIN above the setup as given, and not refused where that one is not. Left
+    at 6 points more flat (larger.csv, seed 2), the run learned the first-place habit, 0.33 -> 0.54 held out in 30
+    steps; trained with it, 0.33 -> 0.75 and no habit (benchmarks/results/larger-30-steps-short.md)."""
     return (told.truncation_rate <= given.truncation_rate - PROBE_GAIN
-            and told.flat_fraction <= given.flat_fraction + PROBE_GAIN / 2 and (told.ok or not given.ok))
+            and told.flat_fraction <= given.flat_fraction + PROBE_GAIN and (told.ok or not given.ok))
 
 
 def _preflight(model, tokenizer, dataset: Dataset | Task, reward_funcs, *, preset, num_generations,

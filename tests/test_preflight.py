@@ -520,7 +520,9 @@ def test_short_answers_are_trained_where_they_cut_clearly_fewer_samples_and_teac
 
     given = setup(truncation_rate=0.61, flat_fraction=0.44)  # a held-back faster/slower file at 128 tokens
     assert _answers_shorter(setup(truncation_rate=0.36, flat_fraction=0.31), given)  # ... and asked for short
-    assert _answers_shorter(setup(truncation_rate=0.36, flat_fraction=0.49), given)  # as much spread, within 5 points
+    assert _answers_shorter(setup(truncation_rate=0.36, flat_fraction=0.5), given)  # as much spread, within 10 points
+    larger = setup(truncation_rate=0.48, flat_fraction=0.34)  # larger.csv seed 2: left at 6 points, it learned a habit
+    assert _answers_shorter(setup(truncation_rate=0.32, flat_fraction=0.41), larger)
     assert not _answers_shorter(setup(truncation_rate=0.55, flat_fraction=0.31), given)  # hardly fewer cut
     assert not _answers_shorter(setup(truncation_rate=0.2, flat_fraction=0.6), given)  # ended, but teach less
     collapse = Problem("reward_collapse", "", "", blocking=True)
